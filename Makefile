@@ -1,0 +1,52 @@
+# asyncagents — build, test and demo.
+#
+#   make test   vet, gofmt check, race tests including the real-server suite (what CI runs)
+#   make demo   the main job on a real `opencode serve` with the scripted model
+#   make bench  the benchmarks (P-*)
+#
+# The OpenCode server is the npm package opencode-ai, pinned in tools/opencode/package-lock.json
+# and installed with `npm ci` into .cache/opencode. Go modules come through the module proxy.
+
+SHELL        := bash
+GO           ?= go
+OPENCODE_DIR := $(CURDIR)/.cache/opencode
+OPENCODE_PIN := $(shell sed -n 's/.*"opencode-ai": *"\([^"]*\)".*/\1/p' tools/opencode/package.json)
+export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
+
+.PHONY: all test vet fmt-check race demo bench opencode clean
+
+all: test
+
+# opencode installs the pinned server once; the stamp names the version so a new pin reinstalls.
+opencode: $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN)
+
+$(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/opencode/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is required to install opencode-ai (Node.js >= 18)"; exit 1; }
+	rm -rf $(OPENCODE_DIR) && mkdir -p $(OPENCODE_DIR)
+	cp tools/opencode/package.json tools/opencode/package-lock.json $(OPENCODE_DIR)/
+	cd $(OPENCODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@# npm may skip opencode-ai's postinstall (it links the platform binary); run it when the bin does not answer.
+	@$(OPENCODE_BIN) --version >/dev/null 2>&1 || (cd $(OPENCODE_DIR)/node_modules/opencode-ai && node postinstall.mjs)
+	@v=$$($(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }
+	touch $@
+
+test: opencode vet fmt-check race
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+race: opencode
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+demo: opencode
+	$(GO) run ./examples/demo
+
+bench: opencode
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf .cache

@@ -1,0 +1,3 @@
+module github.com/asyncagents/asyncagents
+
+go 1.24
