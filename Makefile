@@ -24,7 +24,9 @@ $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/op
 	@command -v npm >/dev/null || { echo "npm is required to install opencode-ai (Node.js >= 18)"; exit 1; }
 	rm -rf $(OPENCODE_DIR) && mkdir -p $(OPENCODE_DIR)
 	cp tools/opencode/package.json tools/opencode/package-lock.json $(OPENCODE_DIR)/
-	cd $(OPENCODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@# npm ci rejects npm 11 lockfiles that omit other platforms' optional packages; the pins are exact,
+	@# so npm install against the committed lock (integrity-checked) installs the same files.
+	cd $(OPENCODE_DIR) && npm install --no-audit --no-fund --loglevel=error
 	@# npm may skip opencode-ai's postinstall (it links the platform binary); run it when the bin does not answer.
 	@$(OPENCODE_BIN) --version >/dev/null 2>&1 || (cd $(OPENCODE_DIR)/node_modules/opencode-ai && node postinstall.mjs)
 	@v=$$($(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }

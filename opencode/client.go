@@ -1,0 +1,280 @@
+package opencode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client is what the asyncagents Manager needs from an OpenCode server. HTTPClient
+// implements it for `opencode serve`; tests may substitute an in-memory implementation.
+// Methods that take a directory use it to pick the server instance (empty: the client's
+// default directory).
+type Client interface {
+	CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error)
+	GetSession(ctx context.Context, id string) (*Session, error)
+	DeleteSession(ctx context.Context, id string) error
+	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
+	Prompt(ctx context.Context, sessionID string, req PromptRequest) (*Message, error)
+	PromptAsync(ctx context.Context, sessionID string, req PromptRequest) error
+	Abort(ctx context.Context, sessionID string) error
+	SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error)
+	Agents(ctx context.Context) ([]Agent, error)
+	Events(ctx context.Context) (*EventStream, error)
+}
+
+var _ Client = (*HTTPClient)(nil)
+
+// HTTPClient talks to `opencode serve` over HTTP. It is safe for concurrent use.
+type HTTPClient struct {
+	base      *url.URL
+	hc        *http.Client
+	username  string
+	password  string
+	directory string
+	stall     time.Duration
+}
+
+// ClientOption configures an HTTPClient.
+type ClientOption interface{ applyClient(*HTTPClient) }
+
+type clientOptionFunc func(*HTTPClient)
+
+func (f clientOptionFunc) applyClient(c *HTTPClient) { f(c) }
+
+// WithHTTPClient sets the *http.Client used for every request. Defaults to a client with no
+// overall timeout (the event stream is long-lived; pass deadlines through ctx).
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return clientOptionFunc(func(c *HTTPClient) { c.hc = hc })
+}
+
+// WithBasicAuth sets the credentials of a server started with OPENCODE_SERVER_PASSWORD.
+// The username is "opencode" unless the server set OPENCODE_SERVER_USERNAME.
+func WithBasicAuth(username, password string) ClientOption {
+	return clientOptionFunc(func(c *HTTPClient) { c.username, c.password = username, password })
+}
+
+// WithDirectory scopes every request to the server instance of dir (header
+// x-opencode-directory): sessions are created there and /session/status, /agent and
+// /permission answer for it. Defaults to the server's working directory.
+func WithDirectory(dir string) ClientOption {
+	return clientOptionFunc(func(c *HTTPClient) { c.directory = dir })
+}
+
+// DefaultStallTimeout is how long an event stream may be silent before EventStream.Next
+// fails with ErrStreamStalled. OpenCode sends server.heartbeat every 10 s.
+const DefaultStallTimeout = 25 * time.Second
+
+// WithStallTimeout sets how long an event stream may stay silent before it is treated as
+// dead. Defaults to DefaultStallTimeout; must be positive.
+func WithStallTimeout(d time.Duration) ClientOption {
+	return clientOptionFunc(func(c *HTTPClient) { c.stall = d })
+}
+
+// NewHTTPClient returns a client for the server at baseURL (e.g. "http://127.0.0.1:4096").
+// It returns an error for a URL that is not absolute http(s) or a non-positive stall timeout.
+func NewHTTPClient(baseURL string, opts ...ClientOption) (*HTTPClient, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("opencode: base URL %q must be an absolute http(s) URL", baseURL)
+	}
+	c := &HTTPClient{base: u, hc: &http.Client{}, stall: DefaultStallTimeout}
+	for _, o := range opts {
+		o.applyClient(c)
+	}
+	if c.stall <= 0 {
+		return nil, fmt.Errorf("opencode: stall timeout %v must be positive", c.stall)
+	}
+	if c.hc == nil {
+		return nil, errors.New("opencode: nil *http.Client")
+	}
+	return c, nil
+}
+
+// BaseURL returns the server's base URL.
+func (c *HTTPClient) BaseURL() string { return c.base.String() }
+
+func (c *HTTPClient) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("opencode: encode %s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("opencode: %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.directory != "" && query.Get("directory") == "" {
+		req.Header.Set("x-opencode-directory", c.directory)
+	}
+	if c.password != "" {
+		user := c.username
+		if user == "" {
+			user = "opencode"
+		}
+		req.SetBasicAuth(user, c.password)
+	}
+	return req, nil
+}
+
+// do sends a request and decodes a 2xx JSON answer into out (nil: discard).
+func (c *HTTPClient) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	req, err := c.newRequest(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("opencode: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return newAPIError(method, path, resp.StatusCode, b)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("opencode: %s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}
+
+func sessionPath(id string, rest string) string { return "/session/" + url.PathEscape(id) + rest }
+
+// CreateSession creates a session (POST /session). A ParentID makes it a child session;
+// a Title avoids OpenCode's extra title-generation model call.
+func (c *HTTPClient) CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodPost, "/session", nil, req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// GetSession returns a session (GET /session/{id}); errors.Is(err, ErrNotFound) when it
+// does not exist.
+func (c *HTTPClient) GetSession(ctx context.Context, id string) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodGet, sessionPath(id, ""), nil, nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DeleteSession deletes a session and its children (DELETE /session/{id}). OpenCode does
+// not stop a busy session it deletes: Abort first.
+func (c *HTTPClient) DeleteSession(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, sessionPath(id, ""), nil, nil, nil)
+}
+
+// Children returns the child sessions of id, oldest first (GET /session/{id}/children).
+func (c *HTTPClient) Children(ctx context.Context, id string) ([]Session, error) {
+	var s []Session
+	if err := c.do(ctx, http.MethodGet, sessionPath(id, "/children"), nil, nil, &s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Messages returns a session's messages, oldest first (GET /session/{id}/message). A limit
+// above 0 returns only the last limit messages; 0 returns all of them.
+func (c *HTTPClient) Messages(ctx context.Context, sessionID string, limit int) ([]Message, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var m []Message
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID, "/message"), q, nil, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Prompt sends a prompt and waits (POST /session/{id}/message). OpenCode answers when the
+// whole agent loop is idle, with only the last assistant message; with NoReply it stores
+// the user message, answers at once with it, and the model is not called.
+func (c *HTTPClient) Prompt(ctx context.Context, sessionID string, req PromptRequest) (*Message, error) {
+	var m Message
+	if err := c.do(ctx, http.MethodPost, sessionPath(sessionID, "/message"), nil, req, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// PromptAsync starts the agent loop on a prompt and returns when the server accepted it
+// (POST /session/{id}/prompt_async, HTTP 204). Failures after that (unknown agent or model,
+// model errors) are reported only on the event stream and in the messages.
+func (c *HTTPClient) PromptAsync(ctx context.Context, sessionID string, req PromptRequest) error {
+	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/prompt_async"), nil, req, nil)
+}
+
+// Abort stops a session's agent loop (POST /session/{id}/abort). OpenCode answers true for
+// any id, busy, idle or unknown.
+func (c *HTTPClient) Abort(ctx context.Context, sessionID string) error {
+	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/abort"), nil, nil, nil)
+}
+
+// Summarize compacts a session (POST /session/{id}/summarize) and waits for it. OpenCode
+// answers true even when the summary model call failed: check the last message.
+func (c *HTTPClient) Summarize(ctx context.Context, sessionID string, model Model) error {
+	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/summarize"), nil, model, nil)
+}
+
+// SessionStatus returns the busy and retrying sessions of a directory's instance
+// (GET /session/status); idle sessions are absent. An empty directory means the client's.
+func (c *HTTPClient) SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error) {
+	q := url.Values{}
+	if directory != "" {
+		q.Set("directory", directory)
+	}
+	st := map[string]SessionStatus{}
+	if err := c.do(ctx, http.MethodGet, "/session/status", q, nil, &st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Agents lists the agents of the client's instance (GET /agent), hidden ones included.
+func (c *HTTPClient) Agents(ctx context.Context) ([]Agent, error) {
+	var a []Agent
+	if err := c.do(ctx, http.MethodGet, "/agent", nil, nil, &a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Health checks GET /global/health and returns the server version.
+func (c *HTTPClient) Health(ctx context.Context) (version string, err error) {
+	var h struct {
+		Healthy bool   `json:"healthy"`
+		Version string `json:"version"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/global/health", nil, nil, &h); err != nil {
+		return "", err
+	}
+	if !h.Healthy {
+		return h.Version, errors.New("opencode: server reports unhealthy")
+	}
+	return h.Version, nil
+}

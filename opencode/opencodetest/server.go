@@ -1,0 +1,411 @@
+package opencodetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// ErrNoBinary is returned by NewServer when no opencode binary can be found.
+var ErrNoBinary = errors.New("opencodetest: opencode binary not found: run `make opencode` (installs the pinned opencode-ai with npm into .cache/opencode) or set OPENCODE_BIN")
+
+// binaryPath finds the opencode binary: $OPENCODE_BIN, else .cache/opencode/node_modules/.bin/opencode
+// in the nearest folder above the working directory that holds a go.mod.
+func binaryPath() (string, error) {
+	if p := os.Getenv("OPENCODE_BIN"); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		return "", fmt.Errorf("%w (OPENCODE_BIN=%s does not exist)", ErrNoBinary, p)
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", ErrNoBinary
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, ".cache", "opencode", "node_modules", ".bin", "opencode")
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", ErrNoBinary
+		}
+		dir = parent
+	}
+}
+
+// ServerOption configures NewServer and Start.
+type ServerOption interface{ applyServer(*serverConfig) }
+
+type serverOptionFunc func(*serverConfig)
+
+func (f serverOptionFunc) applyServer(c *serverConfig) { f(c) }
+
+type serverConfig struct {
+	password     string
+	model        *Model
+	config       map[string]any
+	files        map[string]string
+	startTimeout time.Duration
+	root         string
+}
+
+// WithPassword starts the server with OPENCODE_SERVER_PASSWORD, so every route needs HTTP
+// Basic auth (user "opencode"). Server.Client sets the credentials.
+func WithPassword(pw string) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.password = pw })
+}
+
+// WithModel uses m as the scripted model instead of a new one; the caller closes m.
+func WithModel(m *Model) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.model = m })
+}
+
+// WithConfig merges top-level keys into the project's opencode.json, e.g.
+// {"compaction": {"prune": true}}.
+func WithConfig(cfg map[string]any) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) {
+		for k, v := range cfg {
+			c.config[k] = v
+		}
+	})
+}
+
+// WithFiles writes files (path relative to the project folder → content) into the project.
+func WithFiles(files map[string]string) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) {
+		for k, v := range files {
+			c.files[k] = v
+		}
+	})
+}
+
+// WithStartTimeout bounds how long NewServer waits for the server to answer. Defaults to 60s.
+func WithStartTimeout(d time.Duration) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.startTimeout = d })
+}
+
+// withRoot puts the server's folders under root instead of a new temporary folder.
+func withRoot(root string) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.root = root })
+}
+
+// Server is a real `opencode serve` process with an isolated HOME and XDG folders, a
+// temporary project folder whose opencode.json points at a scripted Model, and a loopback
+// port. Close stops the process group and removes the folders.
+type Server struct {
+	// URL is the server's base URL, e.g. "http://127.0.0.1:41234".
+	URL string
+	// Directory is the project folder (the server's working directory).
+	Directory string
+	// Home is the isolated HOME; XDG folders live below it.
+	Home string
+	// Model is the scripted model the server's default provider points at.
+	Model *Model
+	// Version is what GET /global/health reported.
+	Version string
+
+	password  string
+	ownModel  bool
+	ownRoot   string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	logs      *logBuffer
+	closeOnce sync.Once
+}
+
+var listenLine = regexp.MustCompile(`listening on (http://[0-9.:\[\]a-z]+)`)
+
+// NewServer starts `opencode serve` and waits until it answers GET /global/health. It returns
+// ErrNoBinary (wrapped) when the binary is missing. The server and its children run in their
+// own process group, which Close signals.
+func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err error) {
+	cfg := &serverConfig{config: map[string]any{}, files: map[string]string{}, startTimeout: 60 * time.Second}
+	for _, o := range opts {
+		o.applyServer(cfg)
+	}
+	bin, err := binaryPath()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Model: cfg.model, password: cfg.password, exited: make(chan struct{}), logs: &logBuffer{}}
+	if s.Model == nil {
+		s.Model, s.ownModel = NewModel(), true
+	}
+	root := cfg.root
+	if root == "" {
+		if root, err = os.MkdirTemp("", "opencodetest-"); err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.ownRoot = root
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+			srv = nil
+		}
+	}()
+	s.Home = filepath.Join(root, "home")
+	s.Directory = filepath.Join(root, "project")
+	if err := s.writeProject(cfg); err != nil {
+		return nil, err
+	}
+
+	s.cmd = exec.Command(bin, "serve", "--hostname", "127.0.0.1", "--port", "0", "--print-logs", "--pure")
+	s.cmd.Dir = s.Directory
+	s.cmd.Env = s.environ()
+	s.cmd.Stdout = s.logs
+	s.cmd.Stderr = s.logs
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.WaitDelay = 2 * time.Second
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("opencodetest: start %s: %w", bin, err)
+	}
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+	defer cancel()
+	for s.URL == "" {
+		if m := listenLine.FindStringSubmatch(s.logs.String()); m != nil {
+			s.URL = m[1]
+			break
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("opencodetest: opencode serve exited before listening:\n%s", s.logs.Tail(4000))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("opencodetest: opencode serve did not listen within %v:\n%s", cfg.startTimeout, s.logs.Tail(4000))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	c := s.Client()
+	for {
+		v, err := c.Health(ctx)
+		if err == nil {
+			s.Version = v
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("opencodetest: opencode serve exited:\n%s", s.logs.Tail(4000))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("opencodetest: opencode serve not healthy within %v (%v):\n%s", cfg.startTimeout, err, s.logs.Tail(4000))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) writeProject(cfg *serverConfig) error {
+	for _, d := range []string{s.Directory, filepath.Join(s.Home, ".config"), filepath.Join(s.Home, ".local", "share"),
+		filepath.Join(s.Home, ".cache"), filepath.Join(s.Home, ".local", "state")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	conf := map[string]any{
+		"$schema": "https://opencode.ai/config.json",
+		"provider": map[string]any{ProviderID: map[string]any{
+			"npm":     "@ai-sdk/openai-compatible",
+			"name":    "Scripted",
+			"options": map[string]any{"baseURL": s.Model.BaseURL(), "apiKey": "scripted"},
+			"models":  map[string]any{ModelID: map[string]any{"name": "Scripted M1"}},
+		}},
+		"model":       ProviderID + "/" + ModelID,
+		"small_model": ProviderID + "/" + ModelID,
+		"autoupdate":  false,
+		"share":       "disabled",
+	}
+	for k, v := range cfg.config {
+		conf[k] = v
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.Directory, "opencode.json"), b, 0o644); err != nil {
+		return err
+	}
+	for name, content := range cfg.files {
+		p := filepath.Join(s.Directory, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// environ is the process environment without the caller's HOME, XDG and OPENCODE settings,
+// plus the isolated folders and switches that keep OpenCode off the network.
+func (s *Server) environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "HOME" || strings.HasPrefix(k, "XDG_") || strings.HasPrefix(k, "OPENCODE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env,
+		"HOME="+s.Home,
+		"XDG_CONFIG_HOME="+filepath.Join(s.Home, ".config"),
+		"XDG_DATA_HOME="+filepath.Join(s.Home, ".local", "share"),
+		"XDG_CACHE_HOME="+filepath.Join(s.Home, ".cache"),
+		"XDG_STATE_HOME="+filepath.Join(s.Home, ".local", "state"),
+		"OPENCODE_DISABLE_AUTOUPDATE=1",
+		"OPENCODE_DISABLE_MODELS_FETCH=1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD=1",
+		"OPENCODE_DISABLE_SHARE=1",
+		"OPENCODE_DISABLE_CLAUDE_CODE=1",
+		"OPENCODE_DISABLE_EXTERNAL_SKILLS=1",
+	)
+	if s.password != "" {
+		env = append(env, "OPENCODE_SERVER_PASSWORD="+s.password)
+	}
+	return env
+}
+
+// Client returns an HTTP client for the server, with its credentials and scoped to its
+// project folder. Extra options are applied after those.
+func (s *Server) Client(opts ...opencode.ClientOption) *opencode.HTTPClient {
+	base := []opencode.ClientOption{opencode.WithDirectory(s.Directory)}
+	if s.password != "" {
+		base = append(base, opencode.WithBasicAuth("opencode", s.password))
+	}
+	c, err := opencode.NewHTTPClient(s.URL, append(base, opts...)...)
+	if err != nil {
+		panic(err) // the URL comes from the server itself
+	}
+	return c
+}
+
+// Logs returns what the server printed so far (stdout and stderr).
+func (s *Server) Logs() string { return s.logs.String() }
+
+// Close stops the server's process group (SIGTERM, then SIGKILL after 5 s), waits for it,
+// closes the model it created and removes the folders it created. It is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			pgid := s.cmd.Process.Pid
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case <-s.exited:
+			case <-time.After(5 * time.Second):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-s.exited
+			}
+			// Children that ignored SIGTERM (a tool's shell) go with the group.
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		if s.ownModel && s.Model != nil {
+			s.Model.Close()
+		}
+		if s.ownRoot != "" {
+			_ = os.RemoveAll(s.ownRoot)
+		}
+	})
+}
+
+// Start starts a server for a test and closes it in t.Cleanup. Without a binary it skips the
+// test with a message saying how to install one; under CI=true it fails the test instead.
+func Start(t testing.TB, opts ...ServerOption) *Server {
+	t.Helper()
+	srv, err := NewServer(context.Background(), append([]ServerOption{withRoot(t.TempDir())}, opts...)...)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNoBinary) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	t.Fatal(err)
+}
+
+// Shared is one server shared by the tests of a package, started on first use. The zero
+// value is ready; set Options before the first Get. Close it from TestMain after m.Run.
+type Shared struct {
+	Options []ServerOption
+
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Get returns the shared server, starting it on the first call. It skips or fails t as
+// Start does when the server cannot be started.
+func (sh *Shared) Get(t testing.TB) *Server {
+	t.Helper()
+	sh.once.Do(func() { sh.srv, sh.err = NewServer(context.Background(), sh.Options...) })
+	if sh.err != nil {
+		skipOrFail(t, sh.err)
+	}
+	return sh.srv
+}
+
+// Close stops the shared server if it was started.
+func (sh *Shared) Close() {
+	sh.once.Do(func() {}) // a Get after Close starts nothing
+	if sh.srv != nil {
+		sh.srv.Close()
+	}
+}
+
+// logBuffer collects process output, keeping the last 1 MiB.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxLog = 1 << 20
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > maxLog {
+		l.buf = append(l.buf[:0], l.buf[len(l.buf)-maxLog:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
+}
+
+// Tail returns the last n bytes of the log.
+func (l *logBuffer) Tail(n int) string {
+	s := l.String()
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
