@@ -1,0 +1,370 @@
+package fork
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/truncate"
+)
+
+// formatter writes every block into one buffer and remembers where each block starts and
+// how many characters it has, so the budget step can drop blocks without formatting again.
+type formatter struct {
+	cfg    *config
+	stats  *Stats
+	ranked int // non-compacted tool results in the sliced messages
+	seen   int // of those, formatted so far (oldest first)
+
+	buf    strings.Builder
+	starts []int // byte offset of each block in buf
+	chars  []int // characters of each block
+	labels []int // characters of each block's "\nLabel:" prefix
+	cur    int   // characters written to the current block
+	lines  int   // lines written to the current block
+}
+
+// countRanked counts the tool results that are ranked (SPEC F-6): completed or error, and
+// not compacted.
+func countRanked(msgs []*opencode.Message) int {
+	n := 0
+	for _, m := range msgs {
+		for i := range m.Parts {
+			if p := &m.Parts[i]; p.Type == opencode.PartTool && hasResult(p) && !isCompacted(p) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// estimateSize guesses the formatted size from the text the blocks will hold.
+func estimateSize(msgs []*opencode.Message) int {
+	n := len(openTag) + len(closeTag)
+	for _, m := range msgs {
+		n += 8
+		for i := range m.Parts {
+			p := &m.Parts[i]
+			n += len(p.Text)
+			if p.State != nil {
+				n += min(len(p.State.Output)+len(p.State.Error), DefaultTierTwoLimit*4) + min(len(p.State.Input), 2000) + 32
+			}
+		}
+	}
+	return min(n, 64<<20)
+}
+
+func hasResult(p *opencode.Part) bool {
+	return p.State != nil && (p.State.Status == opencode.ToolCompleted || p.State.Status == opencode.ToolError)
+}
+
+func resultText(p *opencode.Part) string {
+	if p.State.Status == opencode.ToolError {
+		return p.State.Error
+	}
+	return p.State.Output
+}
+
+// isCompacted reports a compacted result (SPEC F-5): state.time.compacted set, or a text
+// that already holds OpenCode's cleared marker.
+func isCompacted(p *opencode.Part) bool {
+	return p.State.Time.Compacted != 0 || strings.Contains(resultText(p), ClearedResult)
+}
+
+func (f *formatter) write(s string) {
+	f.buf.WriteString(s)
+	f.cur += utf8.RuneCountInString(s)
+}
+
+// line starts a new line of the current block.
+func (f *formatter) line(s string) {
+	f.buf.WriteByte('\n')
+	f.cur++
+	f.write(s)
+	f.lines++
+}
+
+// message writes the block of one message (SPEC F-12); a message with no lines has none.
+func (f *formatter) message(m *opencode.Message) {
+	if !hasLines(m) {
+		return
+	}
+	start := f.buf.Len()
+	label := "\nAgent:"
+	if m.Info.Role == opencode.RoleUser {
+		label = "\nUser:"
+	}
+	f.buf.WriteString(label)
+	f.cur, f.lines = len(label), 0
+	for i := range m.Parts {
+		f.part(&m.Parts[i])
+	}
+	f.starts = append(f.starts, start)
+	f.chars = append(f.chars, f.cur)
+	f.labels = append(f.labels, len(label))
+}
+
+// hasLines reports whether any part of m adds a line (SPEC F-12).
+func hasLines(m *opencode.Message) bool {
+	for i := range m.Parts {
+		switch p := &m.Parts[i]; p.Type {
+		case opencode.PartText:
+			if !p.Ignored && p.Text != "" {
+				return true
+			}
+		case opencode.PartFile, opencode.PartSubtask, opencode.PartTool:
+			return true
+		}
+	}
+	return false
+}
+
+func (f *formatter) part(p *opencode.Part) {
+	switch p.Type {
+	case opencode.PartText:
+		if !p.Ignored && p.Text != "" {
+			f.line(p.Text)
+		}
+	case opencode.PartFile:
+		name := p.Filename
+		if name == "" {
+			name = p.Mime
+		}
+		f.line("[File: " + name + "]")
+	case opencode.PartSubtask:
+		f.line("[Subtask: " + p.Agent + "] " + p.Description)
+	case opencode.PartTool:
+		f.tool(p)
+	}
+}
+
+// tool writes a tool call and its result (SPEC F-5 … F-11).
+func (f *formatter) tool(p *opencode.Part) {
+	if p.State == nil {
+		f.line("[Tool: " + p.Tool + "]")
+		return
+	}
+	paramLimit := f.cfg.paramLimits[0] // pending or running
+	var result string
+	if hasResult(p) {
+		if isCompacted(p) {
+			paramLimit = f.cfg.paramLimits[2]
+			result = resultText(p)
+			if p.State.Time.Compacted != 0 {
+				result = ClearedResult
+			}
+		} else {
+			rank := f.ranked - 1 - f.seen
+			f.seen++
+			tier, limit := f.tier(rank)
+			paramLimit = f.cfg.paramLimits[tier-1]
+			result = f.cut(p, resultText(p), tier, limit)
+		}
+	}
+	head := "[Tool: " + p.Tool + "]"
+	if params := compactInput(p.State.Input, paramLimit); params != "" {
+		head += " " + params
+	}
+	f.line(head)
+	if hasResult(p) {
+		if p.State.Status == opencode.ToolError {
+			f.line("[Tool error]\n" + result)
+		} else {
+			f.line("[Tool result]\n" + result)
+		}
+	}
+}
+
+// tier returns the tier (1–3) of a result of the given rank (0 = newest) and its limit
+// (-1: kept whole), counting it in the statistics.
+func (f *formatter) tier(rank int) (int, int) {
+	switch {
+	case rank < f.cfg.whole:
+		f.stats.Tier1++
+		return 1, -1
+	case rank < f.cfg.whole+f.cfg.tierTwo:
+		f.stats.Tier2++
+		return 2, f.cfg.tierTwoLim
+	}
+	f.stats.Tier3++
+	return 3, f.cfg.tierThrLim
+}
+
+// cut applies the tier limit to a result (SPEC F-7 … F-9).
+func (f *formatter) cut(p *opencode.Part, text string, tier, limit int) string {
+	if tier == 1 || f.exempt(p.Tool) {
+		return text
+	}
+	strategy := truncate.HeadOnly
+	if len(text) > limit && headTail(p, text) { // only a text that may be cut needs the scan
+		strategy = truncate.HeadTail
+	}
+	out, cut := truncate.Cut(text, limit, strategy)
+	if cut {
+		f.stats.TruncatedResults++
+		if strategy == truncate.HeadTail {
+			f.stats.HeadTailApplied++
+		}
+	}
+	return out
+}
+
+func (f *formatter) exempt(tool string) bool {
+	for _, n := range f.cfg.noTruncate {
+		if strings.Contains(tool, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// headTail reports whether a result is cut head+tail (SPEC F-8): a shell-like tool, an error
+// state, a non-zero exit code, or error words in the text (ASCII case-insensitive).
+func headTail(p *opencode.Part, text string) bool {
+	if containsFold(p.Tool, "bash") || containsFold(p.Tool, "pty") || containsFold(p.Tool, "exec") {
+		return true
+	}
+	if p.State.Status == opencode.ToolError {
+		return true
+	}
+	if code, ok := p.State.ExitCode(); ok && code != 0 {
+		return true
+	}
+	for _, w := range errorWords {
+		if containsFold(text, w) {
+			return true
+		}
+	}
+	return false
+}
+
+var errorWords = []string{"error", "failed", "exception", "traceback"}
+
+// containsFold reports whether s contains the lower-case ASCII word w in any ASCII case.
+func containsFold(s, w string) bool {
+	lo, up := w[0], w[0]-'a'+'A'
+	for i := 0; i+len(w) <= len(s); {
+		j := indexEither(s[i:len(s)-len(w)+1], lo, up)
+		if j < 0 {
+			return false
+		}
+		i += j
+		if equalFoldASCII(s[i:i+len(w)], w) {
+			return true
+		}
+		i++
+	}
+	return false
+}
+
+// indexEither returns the first index of a or b in s, or -1.
+func indexEither(s string, a, b byte) int {
+	i := strings.IndexByte(s, a)
+	if i < 0 {
+		i = len(s)
+	}
+	if j := strings.IndexByte(s[:i], b); j >= 0 {
+		return j
+	}
+	if i == len(s) {
+		return -1
+	}
+	return i
+}
+
+func equalFoldASCII(s, lower string) bool {
+	for i := 0; i < len(lower); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// compactInput renders a tool input as JSON without insignificant whitespace, key order as
+// received, cut to limit characters plus "..." (SPEC F-11). Absent, null, empty and {} inputs
+// render as nothing.
+func compactInput(raw json.RawMessage, limit int) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" || string(raw) == `""` {
+		return ""
+	}
+	var b bytes.Buffer
+	b.Grow(len(raw))
+	s := string(raw)
+	if json.Compact(&b, raw) == nil {
+		s = b.String()
+	}
+	if s == "{}" {
+		return ""
+	}
+	if p, cut := truncate.Prefix(s, limit); cut {
+		return p + "..."
+	}
+	return s
+}
+
+// enforceBudget drops the oldest blocks while the context exceeds the budget and more than
+// one block remains, then clips the last block if it alone is too long (SPEC F-13). Each
+// block is copied once.
+func (f *formatter) enforceBudget() string {
+	wrap := len(openTag) + len(closeTag) // ASCII: bytes = characters
+	total := wrap
+	for _, c := range f.chars {
+		total += c
+	}
+	first := 0
+	for total > f.cfg.budget && len(f.chars)-first > 1 {
+		total -= f.chars[first]
+		first++
+	}
+	f.stats.RemovedMessages = first
+	f.stats.FinalMessages = len(f.chars) - first
+	all := f.buf.String()
+
+	if total > f.cfg.budget { // one block left, too long on its own
+		f.stats.BudgetClipped = true
+		start := f.starts[first]
+		label := all[start : start+f.labels[first]]
+		content := all[start+f.labels[first]:]
+		c := f.chars[first] - f.labels[first]
+		avail := f.cfg.budget - wrap - f.labels[first]
+		k := largestKept(c, avail)
+		h := k * 8 / 10
+		clipped := truncate.Keep(content, h, k-h)
+		f.stats.TotalChars = wrap + f.labels[first] + k + 2 + truncate.MarkerLen(c-k)
+		return openTag + label + clipped + closeTag
+	}
+	f.stats.TotalChars = total
+	body := ""
+	if first < len(f.starts) {
+		body = all[f.starts[first]:]
+	}
+	return openTag + body + closeTag
+}
+
+// largestKept returns the largest k < c such that k kept characters, the two newlines and
+// the marker for c−k removed characters fit in avail (0 when none does). k + MarkerLen(c−k)
+// never decreases as k grows, so a binary search finds it.
+func largestKept(c, avail int) int {
+	fits := func(k int) bool { return k+2+truncate.MarkerLen(c-k) <= avail }
+	lo, hi := 0, c-1 // fits(lo) is assumed; the answer is in [lo, hi]
+	if !fits(0) {
+		return 0
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
