@@ -1,0 +1,524 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/asyncagents/asyncagents/hints"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// reconcileWindow is how many of the latest messages a reconcile reads: enough to find
+// the run's final assistant message and the prompt it answers.
+const reconcileWindow = 8
+
+func (m *Manager) start() {
+	m.goLoop(m.eventLoop)
+	m.goLoop(m.pollLoop)
+	for range m.cfg.reconcilers {
+		m.goLoop(m.reconcileLoop)
+	}
+	m.goLoop(m.notifyLoop)
+}
+
+func (m *Manager) goLoop(f func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+}
+
+// wait sleeps for d on the Manager's clock; false when the Manager is closing.
+func (m *Manager) wait(d time.Duration) bool {
+	select {
+	case <-m.stop:
+		return false
+	case <-m.cfg.clock.After(d):
+		return true
+	}
+}
+
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = initial
+	b.MaxInterval = maxInterval
+	return b
+}
+
+// eventLoop keeps one subscription to the server's events, reconnecting with backoff
+// (SPEC T-6). After every (re)connect all active tasks are reconciled (SPEC T-7), so an
+// idle missed while disconnected is not lost.
+func (m *Manager) eventLoop() {
+	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		stream, err := m.client.Events(m.ctx)
+		if err == nil {
+			m.enqueueActive()
+			for ev, err := range stream.All() {
+				if err != nil {
+					m.cfg.logger.Debug("asyncagents: event stream ended", "err", err)
+					break
+				}
+				b.Reset()
+				m.handle(ev)
+			}
+			stream.Close()
+		} else if m.ctx.Err() == nil {
+			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)
+		}
+		if !m.wait(b.NextBackOff()) {
+			return
+		}
+	}
+}
+
+// handle applies one event. A panic is logged, never passed to the host (STYLE 13).
+func (m *Manager) handle(ev opencode.Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.cfg.logger.Error("asyncagents: panic handling event", "type", ev.Type, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	switch ev.Type {
+	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
+		opencode.EventMessagePartUpdate, opencode.EventSessionDeleted,
+		opencode.EventPermissionAsked, opencode.EventPermissionReplied:
+	default:
+		return
+	}
+	p, err := ev.Decode()
+	if err != nil || p.SessionID == "" {
+		return
+	}
+	if ev.Type == opencode.EventSessionDeleted {
+		m.sessionDeleted(p.SessionID)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.tasks[p.SessionID]
+	if e == nil || !e.task.Status.Active() {
+		return
+	}
+	switch ev.Type {
+	case opencode.EventSessionIdle:
+		m.enqueueLocked(e.task.ID, true)
+	case opencode.EventSessionStatus:
+		if p.Status == nil {
+			return
+		}
+		if p.Status.Type == "idle" {
+			m.enqueueLocked(e.task.ID, true)
+		} else {
+			e.seenBusy = true
+		}
+	case opencode.EventSessionError:
+		e.sessErr = p.Error.Message()
+		if !e.seenBusy { // unknown agent: no busy, no idle will come (SPEC T-6)
+			m.enqueueLocked(e.task.ID, true)
+		}
+	case opencode.EventMessagePartUpdate:
+		if p.Part != nil && p.Part.Type == opencode.PartTool {
+			m.progressLocked(e, p.Part)
+		}
+	case opencode.EventPermissionAsked:
+		e.task.Permission = &PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns}
+	case opencode.EventPermissionReplied:
+		e.task.Permission = nil
+	}
+}
+
+// progressLocked counts a tool part the first time it is seen (SPEC T-8).
+func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
+	for _, id := range e.recent {
+		if id == part.ID {
+			return
+		}
+	}
+	e.recent[e.next] = part.ID
+	e.next = (e.next + 1) % len(e.recent)
+	pr := &e.task.Progress
+	pr.ToolCalls++
+	if pr.Tools == nil {
+		pr.Tools = map[string]int{}
+	}
+	pr.Tools[part.Tool]++
+	pr.LastTools = append(pr.LastTools, part.Tool)
+	if n := len(pr.LastTools); n > 3 {
+		pr.LastTools = append(pr.LastTools[:0], pr.LastTools[n-3:]...)
+	}
+	pr.Updated = m.now()
+}
+
+// sessionDeleted applies SPEC T-15: a deleted parent takes its tasks with it (running ones
+// are aborted); a deleted task session cancels its task.
+func (m *Manager) sessionDeleted(id string) {
+	m.mu.Lock()
+	var abort, remove []string
+	for _, e := range append([]*entry(nil), m.byParent[id]...) {
+		if e.task.Status.Active() {
+			abort = append(abort, e.task.ID)
+		}
+		remove = append(remove, e.task.ID)
+		m.removeLocked(e)
+	}
+	own := m.tasks[id]
+	m.mu.Unlock()
+	for _, t := range abort {
+		if err := m.client.Abort(m.ctx, t); err != nil {
+			m.cfg.logger.Warn("asyncagents: abort task of deleted parent", "task", t, "err", err)
+		}
+	}
+	if len(remove) > 0 {
+		if err := m.cfg.store.Delete(m.ctx, remove...); err != nil {
+			m.cfg.logger.Warn("asyncagents: delete tasks of deleted parent", "err", err)
+		}
+	}
+	if own != nil {
+		m.finish(own, own.task.ResumeCount, StatusCancelled, "", "session deleted")
+	}
+}
+
+// pollLoop reconciles with GET /session/status every poll interval (SPEC T-7): one request
+// per directory; a message read only for a task whose session left the busy map since the
+// last poll.
+func (m *Manager) pollLoop() {
+	for m.wait(m.cfg.poll) {
+		m.poll()
+	}
+}
+
+func (m *Manager) poll() {
+	m.mu.Lock()
+	dirs := map[string][]string{}
+	for id, e := range m.tasks {
+		if e.task.Status.Active() {
+			dirs[e.task.Directory] = append(dirs[e.task.Directory], id)
+		}
+	}
+	m.mu.Unlock()
+	for dir, ids := range dirs {
+		st, err := m.client.SessionStatus(m.ctx, dir)
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.cfg.logger.Warn("asyncagents: poll session status", "directory", dir, "err", err)
+			}
+			continue
+		}
+		m.mu.Lock()
+		for _, id := range ids {
+			e := m.tasks[id]
+			if e == nil || !e.task.Status.Active() {
+				continue
+			}
+			if _, busy := st[id]; busy {
+				e.polled, e.seenBusy = pollBusy, true
+			} else if e.polled != pollAbsent {
+				e.polled = pollAbsent
+				m.enqueueLocked(id, true)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// enqueueActive queues every active task for a reconcile.
+func (m *Manager) enqueueActive() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, e := range m.tasks {
+		if e.task.Status.Active() {
+			m.enqueueLocked(id, false)
+		}
+	}
+}
+
+// enqueueLocked queues a reconcile of id once; idle records that the session was seen idle.
+func (m *Manager) enqueueLocked(id string, idle bool) {
+	if was, ok := m.rq[id]; ok {
+		m.rq[id] = was || idle
+		return
+	}
+	m.rq[id] = idle
+	m.rqOrder = append(m.rqOrder, id)
+	select {
+	case m.rqWake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) reconcileLoop() {
+	for {
+		m.mu.Lock()
+		var (
+			id   string
+			idle bool
+			ok   bool
+		)
+		for len(m.rqOrder) > 0 && !ok {
+			id, m.rqOrder = m.rqOrder[0], m.rqOrder[1:]
+			idle, ok = m.rq[id]
+			delete(m.rq, id)
+		}
+		more := len(m.rqOrder) > 0
+		m.mu.Unlock()
+		if more { // pass the wake-up on to another reconciler
+			select {
+			case m.rqWake <- struct{}{}:
+			default:
+			}
+		}
+		if ok {
+			m.reconcile(id, idle)
+			continue
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-m.rqWake:
+		}
+	}
+}
+
+// reconcile reads the task session's latest messages and decides whether the run ended
+// (SPEC T-6). A panic becomes the task's error (STYLE 13).
+func (m *Manager) reconcile(id string, idle bool) {
+	m.mu.Lock()
+	e := m.tasks[id]
+	if e == nil || !e.task.Status.Active() {
+		m.mu.Unlock()
+		return
+	}
+	rc, baseline, sessErr := e.task.ResumeCount, e.baseline, e.sessErr
+	m.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: panic while reconciling: %v\n%s", r, debug.Stack()))
+		}
+	}()
+
+	msgs, err := m.client.Messages(m.ctx, id, reconcileWindow)
+	if errors.Is(err, opencode.ErrNotFound) {
+		m.finish(e, rc, StatusCancelled, "", "session deleted")
+		return
+	}
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.cfg.logger.Warn("asyncagents: read task messages", "task", id, "err", err)
+			m.mu.Lock()
+			e.polled = pollUnknown // the next poll reads again
+			m.mu.Unlock()
+		}
+		return
+	}
+	if st, result, msg, done := decide(msgs, baseline, sessErr, idle); done {
+		m.finish(e, rc, st, result, msg)
+	}
+}
+
+// decide reads the end of a run from the session's latest messages (SPEC T-6). Only the
+// messages after baseline (the last message before the run's prompt) belong to the run.
+func decide(msgs []opencode.Message, baseline, sessErr string, idle bool) (Status, string, string, bool) {
+	start := 0
+	if baseline != "" {
+		for i := range msgs {
+			if msgs[i].Info.ID == baseline {
+				start = i + 1
+			}
+		}
+	}
+	run := msgs[start:]
+	if len(run) == 0 || run[len(run)-1].Info.Role != opencode.RoleAssistant {
+		// The prompt has no reply yet: still running, unless OpenCode reported an error
+		// for a run that will not start (unknown model or agent).
+		if sessErr != "" && idle {
+			return StatusError, "", sessErr, true
+		}
+		return "", "", "", false
+	}
+	last := &run[len(run)-1]
+	switch {
+	case last.Info.Error != nil:
+		return StatusError, "", last.Info.Error.Message(), true
+	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
+		return "", "", "", false // the step is still streaming
+	case last.Info.Finish == "tool-calls":
+		if idle { // the loop stopped after a tool call: a permission was rejected
+			return StatusError, "", "the agent loop stopped after a tool call (a permission was rejected)", true
+		}
+		return "", "", "", false
+	}
+	var texts []string
+	for _, p := range last.Parts {
+		if p.Type == opencode.PartText && !p.Ignored {
+			texts = append(texts, p.Text)
+		}
+	}
+	return StatusCompleted, strings.Join(texts, "\n"), "", true
+}
+
+// finish moves an active task of run rc to a terminal state once, persists it and queues
+// the parent notification. It does nothing when the run is no longer active.
+func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
+	m.mu.Lock()
+	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || !e.task.Status.Active() {
+		m.mu.Unlock()
+		return
+	}
+	e.task.Status, e.task.Completed = st, m.now()
+	e.task.Result, e.task.Error = result, errMsg
+	e.task.Permission = nil
+	close(e.done)
+	snap := e.task.clone()
+	var n notice
+	if m.cfg.notify {
+		n = m.noticeLocked(e)
+		m.nq = append(m.nq, n)
+	}
+	m.mu.Unlock()
+	m.persist(snap)
+	if m.cfg.notify {
+		select {
+		case m.nqWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// notice is one parent notification waiting for delivery.
+type notice struct {
+	parent, agent string
+	visible       string
+	hidden        string
+	key           string // task id, resume count, state
+}
+
+func (m *Manager) noticeLocked(e *entry) notice {
+	t := &e.task
+	n := hints.Notice{
+		Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.displayIDLocked(e),
+	}
+	if t.ResumeCount > 0 {
+		n.Resume = t.ResumeCount
+	}
+	switch t.Status {
+	case StatusCompleted:
+		n.Outcome = hints.Completed
+	case StatusError:
+		n.Outcome, n.Error = hints.Failed, t.Error
+	default:
+		n.Outcome = hints.Cancelled
+	}
+	for _, o := range m.byParent[t.ParentSessionID] {
+		if o.task.BatchID != t.BatchID {
+			continue
+		}
+		n.Total++
+		if o.task.Status.Terminal() {
+			n.Completed++
+		} else {
+			n.Running++
+		}
+	}
+	return notice{
+		parent: t.ParentSessionID, agent: t.ParentAgent,
+		visible: hints.Visible(n, m.cfg.debugHints), hidden: hints.Hidden(n, m.cfg.toolPrefix),
+		key: fmt.Sprintf("%s/%d/%s", t.ID, t.ResumeCount, t.Status),
+	}
+}
+
+// notifyLoop delivers notifications in order, retrying each with backoff. On Close the
+// queued ones get one more attempt.
+func (m *Manager) notifyLoop() {
+	for {
+		select {
+		case <-m.stop:
+			m.flushNotices()
+			return
+		default:
+		}
+		m.mu.Lock()
+		var n notice
+		ok := len(m.nq) > 0
+		if ok {
+			n, m.nq = m.nq[0], m.nq[1:]
+		}
+		m.mu.Unlock()
+		if ok {
+			m.deliver(n)
+			continue
+		}
+		select {
+		case <-m.stop:
+			m.flushNotices()
+			return
+		case <-m.nqWake:
+		}
+	}
+}
+
+func (m *Manager) deliver(n notice) {
+	b := newBackoff(500*time.Millisecond, 15*time.Second)
+	for attempt := 1; ; attempt++ {
+		err := m.send(m.ctx, n)
+		if err == nil {
+			return
+		}
+		if m.ctx.Err() != nil { // closing: flushNotices tries once more
+			m.mu.Lock()
+			m.nq = append([]notice{n}, m.nq...)
+			m.mu.Unlock()
+			return
+		}
+		if attempt >= m.cfg.notifyAttempts {
+			m.cfg.logger.Error("asyncagents: notification not delivered", "key", n.key, "err", err)
+			return
+		}
+		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", n.key, "err", err)
+		if !m.wait(b.NextBackOff()) {
+			m.mu.Lock()
+			m.nq = append([]notice{n}, m.nq...)
+			m.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (m *Manager) flushNotices() {
+	m.mu.Lock()
+	pending := m.nq
+	m.nq = nil
+	m.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, n := range pending {
+		if err := m.send(ctx, n); err != nil {
+			m.cfg.logger.Error("asyncagents: notification not delivered at close", "key", n.key, "err", err)
+		}
+	}
+}
+
+// send posts a notification to the parent: a visible text part and a synthetic hint
+// (SPEC §4), with prompt_async so the parent takes a turn, or noReply when configured.
+func (m *Manager) send(ctx context.Context, n notice) error {
+	req := opencode.PromptRequest{
+		Agent: n.agent,
+		Parts: []opencode.TextPartInput{opencode.NewText(n.visible), opencode.NewSyntheticText(n.hidden)},
+	}
+	if m.cfg.notifyNoReply {
+		req.NoReply = true
+		_, err := m.client.Prompt(ctx, n.parent, req)
+		return err
+	}
+	return m.client.PromptAsync(ctx, n.parent, req)
+}

@@ -1,0 +1,267 @@
+package manager_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+var shared opencodetest.Shared
+
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newManager(t *testing.T, c opencode.Client, opts ...manager.Option) *manager.Manager {
+	t.Helper()
+	m, err := manager.New(c, append([]manager.Option{manager.WithPollInterval(500 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return m
+}
+
+// parentWithWork creates a parent session that ran a bash command printing a random secret.
+func parentWithWork(t *testing.T, c *opencode.HTTPClient) (*opencode.Session, string) {
+	t.Helper()
+	ctx := ctxT(t, 60*time.Second)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	secret := "PARENT_SECRET=" + hex.EncodeToString(b)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{
+		opencode.NewText("RUN:echo " + secret + " ||| echo done")}})
+	if err != nil || reply.Info.Finish != "stop" {
+		t.Fatalf("parent work: %+v, %v", reply, err)
+	}
+	return parent, secret
+}
+
+// firstRequest returns the first chat request whose last user message starts with marker.
+func firstRequest(t *testing.T, model *opencodetest.Model, marker string) opencodetest.Request {
+	t.Helper()
+	for _, r := range model.Requests() {
+		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.HasPrefix(last, marker) {
+			return r
+		}
+	}
+	t.Fatalf("no model request for %q", marker)
+	return opencodetest.Request{}
+}
+
+// T-4, T-6, T-10, T-13, F-17 against the real server.
+func TestRealServerPlainAndForkedTasks(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	parent, secret := parentWithWork(t, c)
+	m := newManager(t, c)
+	ctx := ctxT(t, 90*time.Second)
+	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+
+	plain, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "plain look", Agent: "general",
+		Prompt: "plain task\nQUOTE:PARENT_SECRET="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forked, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "forked look", Agent: "general", Fork: true,
+		Prompt: "forked task\nQUOTE:PARENT_SECRET="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Status != manager.StatusRunning || !forked.Forked || forked.ForkStats == nil || forked.BatchID != plain.BatchID {
+		t.Fatalf("launch snapshots: plain %+v forked %+v", plain, forked)
+	}
+
+	po, err := m.Output(ctx, caller, plain.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo, err := m.Output(ctx, caller, forked.DisplayID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if po.Task.Status != manager.StatusCompleted || po.Task.Result != "QUOTE: not found" {
+		t.Errorf("plain output = %+v", po.Task)
+	}
+	if fo.Task.Status != manager.StatusCompleted || !strings.Contains(fo.Task.Result, secret) {
+		t.Errorf("forked output = %+v, want it to quote %s", fo.Task, secret)
+	}
+	if fo.Task.Retrieved.IsZero() {
+		t.Error("completed output not marked retrieved (T-9)")
+	}
+
+	// What the model was shown: the forked child's first request carries the parent's tool
+	// output inside the inherited context; the plain child's does not (F-17).
+	fr := firstRequest(t, srv.Model, "forked task")
+	var inherited string
+	for _, msg := range fr.Messages {
+		if strings.Contains(msg.Content, "<inherited_context>") {
+			inherited = msg.Content
+		}
+	}
+	if !strings.Contains(inherited, "[Tool: bash]") || !strings.Contains(inherited, "[Tool result]\n"+secret) {
+		t.Errorf("forked child's first request lacks the parent's tool output in <inherited_context>:\n%.2000s", inherited)
+	}
+	if pr := firstRequest(t, srv.Model, "plain task"); pr.Contains(secret) || pr.Contains("<inherited_context>") {
+		t.Error("plain child's first request contains the parent's context")
+	}
+
+	// T-13: the caller's list, newest first, with the (forked) marker data.
+	list, err := m.List(caller, "")
+	if err != nil || len(list) != 2 || list[0].ID != forked.ID || !list[0].Forked || list[1].Forked {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	if other, _ := m.List(manager.Caller{SessionID: "ses_someoneelse"}, ""); len(other) != 0 {
+		t.Errorf("another session sees %d tasks", len(other))
+	}
+	// The child sessions are children of the parent, with the recursion guard (T-17).
+	sess, err := c.GetSession(ctx, forked.ID)
+	if err != nil || sess.ParentID != parent.ID || sess.Title != "Background (forked): forked look" ||
+		len(sess.Permission) != 1 || sess.Permission[0].Permission != "asyncagents_*" || sess.Permission[0].Action != "deny" {
+		t.Errorf("child session = %+v, %v", sess, err)
+	}
+
+	// N-1/N-8: the parent receives one notification per task.
+	waitFor(t, 30*time.Second, func() bool {
+		msgs, err := c.Messages(ctx, parent.ID, 0)
+		if err != nil {
+			return false
+		}
+		var n int
+		for _, msg := range msgs {
+			for _, p := range msg.Parts {
+				if p.Type == opencode.PartText && strings.HasPrefix(p.Text, "✓ **Agent ") {
+					n++
+				}
+			}
+		}
+		return n == 2
+	})
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// T-4 validation: nothing is created on bad input.
+func TestRealServerLaunchValidation(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "validation parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c)
+	caller := manager.Caller{SessionID: parent.ID}
+	ok := manager.LaunchInput{Caller: caller, Description: "d", Prompt: "p", Agent: "general"}
+	bad := func(mut func(*manager.LaunchInput)) manager.LaunchInput { in := ok; mut(&in); return in }
+	cases := []struct {
+		name string
+		in   manager.LaunchInput
+		want error
+	}{
+		{"fork+resume", bad(func(in *manager.LaunchInput) { in.Fork, in.Resume = true, "ses_x" }), manager.ErrForkResumeConflict},
+		{"empty prompt", bad(func(in *manager.LaunchInput) { in.Prompt = " " }), manager.ErrInvalidInput},
+		{"empty agent", bad(func(in *manager.LaunchInput) { in.Agent = "" }), manager.ErrInvalidInput},
+		{"empty description", bad(func(in *manager.LaunchInput) { in.Description = "" }), manager.ErrInvalidInput},
+		{"unknown agent", bad(func(in *manager.LaunchInput) { in.Agent = "no-such-agent" }), manager.ErrUnknownAgent},
+		{"hidden agent", bad(func(in *manager.LaunchInput) { in.Agent = "compaction" }), manager.ErrUnknownAgent},
+		{"unknown caller", bad(func(in *manager.LaunchInput) { in.Caller.SessionID = "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz" }), manager.ErrInvalidInput},
+		{"unknown caller fork", bad(func(in *manager.LaunchInput) {
+			in.Caller.SessionID, in.Fork = "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz", true
+		}), manager.ErrInvalidInput},
+	}
+	for _, tc := range cases {
+		_, err := m.Launch(ctx, tc.in)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+		if tc.name == "unknown agent" && !strings.Contains(err.Error(), "general") {
+			t.Errorf("unknown agent error does not name the known agents: %v", err)
+		}
+	}
+	children, err := c.Children(ctx, parent.ID)
+	if err != nil || len(children) != 0 {
+		t.Errorf("bad input created %d sessions (%v)", len(children), err)
+	}
+	if l, _ := m.List(caller, ""); len(l) != 0 {
+		t.Errorf("bad input registered %d tasks", len(l))
+	}
+}
+
+// T-10 timeout, T-12 cancel, T-6 model error, on the real server.
+func TestRealServerTimeoutCancelAndError(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 90*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "cancel parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, manager.WithNotifyNoReply(true))
+	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+
+	slow, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Output(ctx, caller, slow.ID, manager.OutputOptions{Block: true, Timeout: 700 * time.Millisecond})
+	if err != nil || !out.TimedOut || out.Task.Status != manager.StatusRunning {
+		t.Fatalf("blocking output on a running task = %+v, %v", out, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.Output(cctx, caller, slow.ID, manager.OutputOptions{Block: true}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled wait = %v", err)
+	}
+	got, err := m.Cancel(ctx, caller, slow.ID)
+	if err != nil || got.Status != manager.StatusCancelled {
+		t.Fatalf("Cancel = %+v, %v", got, err)
+	}
+	if _, err := m.Cancel(ctx, caller, slow.ID); !errors.Is(err, manager.ErrNotRunning) {
+		t.Errorf("second Cancel = %v", err)
+	}
+	// The abort's MessageAbortedError does not turn cancelled into error.
+	time.Sleep(time.Second)
+	if tk, _ := m.Get(slow.ID); tk.Status != manager.StatusCancelled {
+		t.Errorf("after abort events: %s", tk.Status)
+	}
+
+	failing, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "failing", Agent: "general", Prompt: "FAIL:400"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = m.Output(ctx, caller, failing.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil || out.Task.Status != manager.StatusError || !strings.Contains(out.Task.Error, "scripted failure") {
+		t.Fatalf("failing task = %+v, %v", out.Task, err)
+	}
+}
