@@ -18,6 +18,8 @@ import (
 // the run's final assistant message and the prompt it answers.
 const reconcileWindow = 8
 
+var timeZero time.Time
+
 func (m *Manager) start() {
 	m.goLoop(m.eventLoop)
 	m.goLoop(m.pollLoop)

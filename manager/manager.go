@@ -239,7 +239,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 			NoReply: true, Agent: in.Agent, Parts: []opencode.TextPartInput{opencode.NewSyntheticText(injection)},
 		})
 		if err != nil {
-			return m.failLaunch(e, fmt.Errorf("asyncagents: inject parent context: %w", err))
+			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
 		}
 		m.mu.Lock()
 		e.baseline = msg.Info.ID
@@ -249,7 +249,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		Agent: in.Agent, Model: in.Model, Parts: []opencode.TextPartInput{opencode.NewText(in.Prompt)},
 	})
 	if err != nil {
-		return m.failLaunch(e, fmt.Errorf("asyncagents: send prompt: %w", err))
+		return m.failLaunch(e, 0, fmt.Errorf("asyncagents: send prompt: %w", err))
 	}
 	return m.snapshot(e), nil
 }
@@ -262,8 +262,8 @@ func callerErr(id string, err error) error {
 }
 
 // failLaunch records a launch failure after the child session exists.
-func (m *Manager) failLaunch(e *entry, err error) (Task, error) {
-	m.finish(e, e.task.ResumeCount, StatusError, "", err.Error())
+func (m *Manager) failLaunch(e *entry, rc int, err error) (Task, error) {
+	m.finish(e, rc, StatusError, "", err.Error())
 	return m.snapshot(e), err
 }
 
@@ -532,3 +532,9 @@ func (m *Manager) removeLocked(e *entry) {
 		close(e.done)
 	}
 }
+
+// ToolPrefix returns the prefix of the LLM tool names (WithToolPrefix).
+func (m *Manager) ToolPrefix() string { return m.cfg.toolPrefix }
+
+// Now returns the Manager clock's time, for durations of the tasks it returns.
+func (m *Manager) Now() time.Time { return m.now() }

@@ -142,7 +142,23 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 		t.Errorf("child session = %+v, %v", sess, err)
 	}
 
-	// N-1/N-8: the parent receives one notification per task.
+	// T-18: a follow-up in the same session; the reply comes from the plain child's session.
+	rt, err := m.Resume(ctx, caller, plain.DisplayID, "RUN:echo resumed-ok")
+	if err != nil || rt.Status != manager.StatusResumed || rt.ResumeCount != 1 {
+		t.Fatalf("Resume = %+v, %v", rt, err)
+	}
+	if _, err := m.Resume(ctx, caller, plain.ID, "again"); !errors.Is(err, manager.ErrTaskBusy) {
+		t.Errorf("resume of a resumed task = %v, want ErrTaskBusy", err)
+	}
+	ro, err := m.Output(ctx, caller, plain.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil || ro.Task.Status != manager.StatusCompleted || !strings.Contains(ro.Task.Result, "resumed-ok") {
+		t.Fatalf("resumed output = %+v, %v", ro.Task, err)
+	}
+	if _, err := m.Resume(ctx, caller, plain.ID, " "); !errors.Is(err, manager.ErrInvalidInput) {
+		t.Errorf("empty follow-up = %v", err)
+	}
+
+	// N-1/N-5/N-8: the parent receives one notification per run.
 	waitFor(t, 30*time.Second, func() bool {
 		msgs, err := c.Messages(ctx, parent.ID, 0)
 		if err != nil {
@@ -151,12 +167,12 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 		var n int
 		for _, msg := range msgs {
 			for _, p := range msg.Parts {
-				if p.Type == opencode.PartText && strings.HasPrefix(p.Text, "✓ **Agent ") {
+				if p.Type == opencode.PartText && (strings.HasPrefix(p.Text, "✓ **Agent ") || strings.HasPrefix(p.Text, "✓ **Resume #1 completed")) {
 					n++
 				}
 			}
 		}
-		return n == 2
+		return n == 3
 	})
 }
 
