@@ -341,7 +341,7 @@ func TestParametersF11(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.msgs)
-			want := "[Tool: bash] " + string([]rune(`{"command":"`+strings.Repeat("é", 600))[:tc.limit]) + "...\n"
+			want := "[Tool: bash] " + string([]rune(`{"command":"` + strings.Repeat("é", 600))[:tc.limit]) + "...\n"
 			if !strings.Contains(r.Context+"\n", want) {
 				t.Errorf("want params cut to %d", tc.limit)
 			}
