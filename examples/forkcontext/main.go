@@ -114,4 +114,6 @@ func decode(data []byte) ([]opencode.Message, error) {
 	return msgs, nil
 }
 
-func oneLine(err error) string { return string(bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte(" "))) }
+func oneLine(err error) string {
+	return string(bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte(" ")))
+}
