@@ -136,7 +136,7 @@ func run(ctx context.Context, agent string) error {
 	if strings.Contains(fo.Task.Result, token) {
 		fmt.Printf("   ✓ the forked task quoted %s, which it could only know from the parent's context\n", token)
 	} else {
-		fmt.Printf("   ✗ the forked task did not quote %s\n", token)
+		return fmt.Errorf("the forked task did not quote %s: %q", token, fo.Task.Result)
 	}
 
 	step("6. Resume the plain task with a follow-up")

@@ -300,6 +300,14 @@ func (s *Server) Client(opts ...opencode.ClientOption) *opencode.HTTPClient {
 	return c
 }
 
+// PID returns the server's process id, which is also its process group id.
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Logs returns what the server printed so far (stdout and stderr).
 func (s *Server) Logs() string { return s.logs.String() }
 
