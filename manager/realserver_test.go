@@ -281,3 +281,48 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 		t.Fatalf("failing task = %+v, %v", out.Task, err)
 	}
 }
+
+// F-2 and F-17 on the real server: a forked task launched after POST /session/{id}/summarize
+// inherits the summary and what came after it, not what came before.
+func TestRealServerForkAfterSummarize(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 90*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "compacted parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(text string) {
+		t.Helper()
+		if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(text)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt("RUN:echo BEFORE_BOUNDARY_1234")
+	if err := c.Summarize(ctx, parent.ID, opencode.Model{ProviderID: opencodetest.ProviderID, ModelID: opencodetest.ModelID}); err != nil {
+		t.Fatal(err)
+	}
+	prompt("RUN:echo AFTER_BOUNDARY_5678")
+
+	m := newManager(t, c, manager.WithNotifications(false))
+	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "after compaction", Agent: "general", Fork: true,
+		Prompt: "post-boundary task\nQUOTE:AFTER_BOUNDARY_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := task.ForkStats; st == nil || !st.CompactionDetected || st.CompactionIndex < 0 {
+		t.Fatalf("fork stats = %+v", task.ForkStats)
+	}
+	out, err := m.Output(ctx, caller, task.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil || !strings.Contains(out.Task.Result, "AFTER_BOUNDARY_5678") {
+		t.Fatalf("output = %+v, %v", out.Task, err)
+	}
+	r := firstRequest(t, srv.Model, "post-boundary task")
+	if !r.Contains("Scripted summary") || !r.Contains("AFTER_BOUNDARY_5678") {
+		t.Error("the child's first request lacks the summary or the post-boundary output")
+	}
+	if r.Contains("BEFORE_BOUNDARY_1234") {
+		t.Error("the child's first request contains output from before the compaction boundary")
+	}
+}
