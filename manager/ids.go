@@ -12,6 +12,23 @@ const (
 	minDisplayChar = 8 // characters after ses_ that a display id shows at least
 )
 
+// lookup locks m.mu and finds the caller's task id. On success m.mu stays locked for the
+// caller to read the entry, and the caller unlocks; on error (ErrClosed or a resolve error)
+// it is unlocked.
+func (m *Manager) lookup(caller Caller, id string) (*entry, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e, err := m.resolveLocked(caller.SessionID, id)
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	return e, nil
+}
+
 // resolveLocked finds the caller's task for id: the full id, the id without "ses_", or a
 // unique prefix of at least 4 characters after "ses_" (SPEC T-1). m.mu must be held.
 func (m *Manager) resolveLocked(parent, id string) (*entry, error) {

@@ -369,14 +369,8 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 		timeout = DefaultOutputTimeout
 	}
 	timeout = min(timeout, MaxOutputTimeout)
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return Output{}, ErrClosed
-	}
-	e, err := m.resolveLocked(caller.SessionID, id)
+	e, err := m.lookup(caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Output{}, err
 	}
 	done := e.done
@@ -413,14 +407,8 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 // cancelled and notifies the parent (SPEC T-12, N-4). Any other state returns ErrNotRunning
 // and changes nothing; so does a failed abort request.
 func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, error) {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return Task{}, ErrClosed
-	}
-	e, err := m.resolveLocked(caller.SessionID, id)
+	e, err := m.lookup(caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Task{}, err
 	}
 	if !e.task.Status.Active() {

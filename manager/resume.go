@@ -21,14 +21,8 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	if strings.TrimSpace(prompt) == "" {
 		return Task{}, fmt.Errorf("%w: prompt is required to resume a task", ErrInvalidInput)
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return Task{}, ErrClosed
-	}
-	e, err := m.resolveLocked(caller.SessionID, id)
+	e, err := m.lookup(caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Task{}, err
 	}
 	if e.task.Status.Active() {
