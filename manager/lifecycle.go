@@ -118,8 +118,8 @@ func (m *Manager) handle(ev opencode.Event) {
 		}
 		if p.Status.Type == "idle" {
 			m.enqueueLocked(e.task.ID, true)
-		} else {
-			e.seenBusy = true
+		} else { // busy or retry: the next poll that finds it absent reads it again
+			e.seenBusy, e.polled = true, pollBusy
 		}
 	case opencode.EventSessionError:
 		e.sessErr = p.Error.Message()
