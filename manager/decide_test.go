@@ -99,4 +99,3 @@ func TestResolveT1(t *testing.T) {
 		}
 	}
 }
-
