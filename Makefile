@@ -3,6 +3,7 @@
 #   make test   vet, gofmt check, race tests including the real-server suite (what CI runs)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
+#   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
 #
 # The OpenCode server is the npm package opencode-ai, pinned in tools/opencode/package-lock.json
 # and installed with `npm ci` into .cache/opencode. Go modules come through the module proxy.
@@ -13,7 +14,7 @@ OPENCODE_DIR := $(CURDIR)/.cache/opencode
 OPENCODE_PIN := $(shell sed -n 's/.*"opencode-ai": *"\([^"]*\)".*/\1/p' tools/opencode/package.json)
 export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 
-.PHONY: all test vet fmt-check race demo bench opencode clean
+.PHONY: all test vet fmt-check race demo bench testdata opencode clean
 
 all: test
 
@@ -49,6 +50,11 @@ demo: opencode
 
 bench: opencode
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# testdata captures fork/testdata/*.json from a real server and rewrites the golden files.
+testdata: opencode
+	ASYNCAGENTS_CAPTURE=1 $(GO) test -count=1 -run TestCaptureTestdata ./fork/
+	$(GO) test -count=1 ./fork/ -run TestGolden -update
 
 clean:
 	rm -rf .cache
