@@ -13,6 +13,11 @@ GO           ?= go
 OPENCODE_DIR := $(CURDIR)/.cache/opencode
 OPENCODE_PIN := $(shell sed -n 's/.*"opencode-ai": *"\([^"]*\)".*/\1/p' tools/opencode/package.json)
 export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
+# opencode (even `--version`, and the package's postinstall) creates folders under its XDG
+# directories: point them into the cache so nothing is written to the real HOME. npm keeps
+# its own HOME (its config lives there).
+OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
+	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
 .PHONY: all test vet fmt-check race demo bench testdata opencode clean
 
@@ -27,10 +32,10 @@ $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/op
 	cp tools/opencode/package.json tools/opencode/package-lock.json $(OPENCODE_DIR)/
 	@# npm ci rejects npm 11 lockfiles that omit other platforms' optional packages; the pins are exact,
 	@# so npm install against the committed lock (integrity-checked) installs the same files.
-	cd $(OPENCODE_DIR) && npm install --no-audit --no-fund --loglevel=error
+	cd $(OPENCODE_DIR) && $(OPENCODE_XDG) npm install --no-audit --no-fund --loglevel=error
 	@# npm may skip opencode-ai's postinstall (it links the platform binary); run it when the bin does not answer.
-	@$(OPENCODE_BIN) --version >/dev/null 2>&1 || (cd $(OPENCODE_DIR)/node_modules/opencode-ai && node postinstall.mjs)
-	@v=$$($(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }
+	@$(OPENCODE_XDG) $(OPENCODE_BIN) --version >/dev/null 2>&1 || (cd $(OPENCODE_DIR)/node_modules/opencode-ai && $(OPENCODE_XDG) node postinstall.mjs)
+	@v=$$($(OPENCODE_XDG) $(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }
 	touch $@
 
 test: opencode vet fmt-check race
