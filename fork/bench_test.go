@@ -129,7 +129,7 @@ func TestGeneratedSessionsRunClean(t *testing.T) {
 			t.Fatalf("generated %d messages, want %d", len(msgs), n)
 		}
 		r := p.Run(msgs)
-		checkInvariants(t, r, p, msgs)
+		checkInvariants(t, r, msgs)
 		if r.Stats.RemovedMessages == 0 || r.Stats.TotalChars > fork.DefaultBudget {
 			t.Errorf("n=%d: %+v", n, r.Stats)
 		}

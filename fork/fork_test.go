@@ -68,13 +68,13 @@ func run(t *testing.T, msgs []opencode.Message, opts ...fork.Option) fork.Result
 		t.Fatal(err)
 	}
 	r := p.Run(msgs)
-	checkInvariants(t, r, p, msgs)
+	checkInvariants(t, r, msgs)
 	return r
 }
 
 // checkInvariants holds for every run: valid UTF-8, within budget, statistics agree with the
 // context (SPEC F-13, F-15, R).
-func checkInvariants(t testing.TB, r fork.Result, p *fork.Pipeline, msgs []opencode.Message) {
+func checkInvariants(t testing.TB, r fork.Result, msgs []opencode.Message) {
 	t.Helper()
 	if !utf8.ValidString(r.Context) || !utf8.ValidString(r.Preamble) {
 		t.Fatal("invalid UTF-8 in the output")

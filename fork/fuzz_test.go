@@ -30,7 +30,7 @@ func FuzzPipeline(f *testing.F) {
 			t.Fatal(err)
 		}
 		r := p.Run(msgs)
-		checkInvariants(t, r, p, msgs)
+		checkInvariants(t, r, msgs)
 		if r.Stats.TotalChars > budget {
 			t.Fatalf("total %d over budget %d", r.Stats.TotalChars, budget)
 		}

@@ -329,8 +329,9 @@ func (m *Manager) persist(t Task) {
 	}
 }
 
-// Get returns a task by id for the host, whatever its parent (the full id, or a unique
-// prefix among all tasks). ErrTaskNotFound, ErrAmbiguousID.
+// Get returns a task for the host, whatever its parent: id is the full id or the id without
+// "ses_" (prefixes resolve only among a caller's tasks, in the caller operations). It
+// returns ErrTaskNotFound for an unknown id.
 func (m *Manager) Get(id string) (Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
