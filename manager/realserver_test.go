@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,14 +79,17 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	m := newManager(t, c)
 	ctx := ctxT(t, 90*time.Second)
 	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	// Markers unique to this run: the shared model's log keeps the requests of earlier runs.
+	run := fmt.Sprint(time.Now().UnixNano())
+	plainMark, forkedMark := "plain task "+run, "forked task "+run
 
 	plain, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "plain look", Agent: "general",
-		Prompt: "plain task\nQUOTE:PARENT_SECRET="})
+		Prompt: plainMark + "\nQUOTE:PARENT_SECRET="})
 	if err != nil {
 		t.Fatal(err)
 	}
 	forked, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "forked look", Agent: "general", Fork: true,
-		Prompt: "forked task\nQUOTE:PARENT_SECRET="})
+		Prompt: forkedMark + "\nQUOTE:PARENT_SECRET="})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +117,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 
 	// What the model was shown: the forked child's first request carries the parent's tool
 	// output inside the inherited context; the plain child's does not (F-17).
-	fr := firstRequest(t, srv.Model, "forked task")
+	fr := firstRequest(t, srv.Model, forkedMark)
 	var inherited string
 	for _, msg := range fr.Messages {
 		if strings.Contains(msg.Content, "<inherited_context>") {
@@ -123,7 +127,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	if !strings.Contains(inherited, "[Tool: bash]") || !strings.Contains(inherited, "[Tool result]\n"+secret) {
 		t.Errorf("forked child's first request lacks the parent's tool output in <inherited_context>:\n%.2000s", inherited)
 	}
-	if pr := firstRequest(t, srv.Model, "plain task"); pr.Contains(secret) || pr.Contains("<inherited_context>") {
+	if pr := firstRequest(t, srv.Model, plainMark); pr.Contains(secret) || pr.Contains("<inherited_context>") {
 		t.Error("plain child's first request contains the parent's context")
 	}
 
@@ -306,8 +310,9 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 
 	m := newManager(t, c, manager.WithNotifications(false))
 	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	mark := fmt.Sprint("post-boundary task ", time.Now().UnixNano())
 	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "after compaction", Agent: "general", Fork: true,
-		Prompt: "post-boundary task\nQUOTE:AFTER_BOUNDARY_"})
+		Prompt: mark + "\nQUOTE:AFTER_BOUNDARY_"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,11 +323,124 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	if err != nil || !strings.Contains(out.Task.Result, "AFTER_BOUNDARY_5678") {
 		t.Fatalf("output = %+v, %v", out.Task, err)
 	}
-	r := firstRequest(t, srv.Model, "post-boundary task")
+	r := firstRequest(t, srv.Model, mark)
 	if !r.Contains("Scripted summary") || !r.Contains("AFTER_BOUNDARY_5678") {
 		t.Error("the child's first request lacks the summary or the post-boundary output")
 	}
 	if r.Contains("BEFORE_BOUNDARY_1234") {
 		t.Error("the child's first request contains output from before the compaction boundary")
+	}
+}
+
+// noEvents is the real client with the event stream unavailable.
+type noEvents struct{ *opencode.HTTPClient }
+
+func (noEvents) Events(context.Context) (*opencode.EventStream, error) {
+	return nil, errors.New("event stream disabled for this test")
+}
+
+// T-7: with no event stream at all, the status poll alone completes a task.
+func TestRealServerCompletionByPollingOnly(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "poll parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, noEvents{c}, manager.WithPollInterval(200*time.Millisecond), manager.WithNotifications(false))
+	caller := manager.Caller{SessionID: parent.ID}
+	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "polled", Agent: "general", Prompt: "RUN:echo polled-ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Output(ctx, caller, task.ID, manager.OutputOptions{Block: true, Timeout: 30 * time.Second})
+	if err != nil || out.Task.Status != manager.StatusCompleted || !strings.Contains(out.Task.Result, "polled-ok") {
+		t.Fatalf("output = %+v, %v", out.Task, err)
+	}
+}
+
+// T-15: a deleted task session cancels its task; a deleted parent takes its tasks with it.
+func TestRealServerSessionDeleted(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "deleted parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, manager.WithNotifications(false))
+	caller := manager.Caller{SessionID: parent.ID}
+	launch := func(prompt string) manager.Task {
+		t.Helper()
+		task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: prompt, Agent: "general", Prompt: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+
+	own := launch("SLEEP:30")
+	time.Sleep(500 * time.Millisecond)
+	if err := c.DeleteSession(ctx, own.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Abort(ctx, own.ID) // OpenCode does not stop a deleted busy session by itself
+	waitFor(t, 15*time.Second, func() bool {
+		tk, err := m.Get(own.ID)
+		return err == nil && tk.Status == manager.StatusCancelled && tk.Error == "session deleted"
+	})
+
+	done := launch("RUN:echo fine")
+	if _, err := m.Output(ctx, caller, done.ID, manager.OutputOptions{Block: true, Timeout: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	running := launch("SLEEP:30")
+	if err := c.DeleteSession(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() bool {
+		l, _ := m.List(caller, "")
+		return len(l) == 0
+	})
+	for _, id := range []string{own.ID, done.ID, running.ID} {
+		if _, err := m.Get(id); !errors.Is(err, manager.ErrTaskNotFound) {
+			t.Errorf("task %s of a deleted parent still known: %v", id, err)
+		}
+	}
+	waitFor(t, 15*time.Second, func() bool {
+		st, err := c.SessionStatus(ctx, "")
+		_, busy := st[running.ID]
+		return err == nil && !busy
+	})
+}
+
+// T-16: a permission request of a task session shows on the task until it ends.
+func TestRealServerPermissionAsked(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "permission parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, manager.WithNotifications(false))
+	caller := manager.Caller{SessionID: parent.ID}
+	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
+		Prompt: "RUN:cat /no/such/file.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got manager.Task
+	waitFor(t, 20*time.Second, func() bool {
+		got, _ = m.Get(task.ID)
+		return got.Permission != nil
+	})
+	if got.Status != manager.StatusRunning || got.Permission.Permission != "external_directory" || len(got.Permission.Patterns) == 0 {
+		t.Fatalf("task = %+v, permission %+v", got, got.Permission)
+	}
+	cancelled, err := m.Cancel(ctx, caller, task.ID)
+	if err != nil || cancelled.Permission != nil {
+		t.Fatalf("Cancel = %+v, %v", cancelled, err)
 	}
 }
