@@ -5,19 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/asyncagents/asyncagents/hints"
-	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/truncate"
 )
 
-// Tool is one Manager operation offered to a model (SPEC §5): register Name, Description
-// and Parameters (a JSON Schema object) with the agent framework, and call Handler with
-// the calling session and the model's JSON arguments. Handler returns the text to show the
-// model. Bad arguments (malformed JSON, wrong types, unknown fields, missing required ones)
-// and failed operations return an error whose text is written for the model; it matches
-// the Err… values with errors.Is. Handlers never panic on bad input.
+// Tool is one [Manager] operation offered to a model: register Name, Description and
+// Parameters (a JSON Schema object) with the model's API, and call Handler with the calling
+// session and the model's JSON arguments. Handler returns the text to show the model.
+//
+// Arguments are checked against Parameters before anything runs: names are matched exactly
+// (case-sensitive), unknown names, wrong types and missing required arguments give an error
+// matching [ErrInvalidInput]. Every error a Handler returns is written for the model (short,
+// no Go types; values it repeats are cut) and matches one of the Err… values with
+// [errors.Is]; hosts pass err.Error() back to the model. A Handler never panics on bad
+// arguments.
 type Tool struct {
 	Name        string
 	Description string
@@ -25,47 +33,77 @@ type Tool struct {
 	Handler     func(ctx context.Context, caller Caller, args json.RawMessage) (string, error)
 }
 
-// Tools returns the five tools of m, named with its tool prefix (default "asyncagents"):
-// <prefix>_task, _output, _cancel, _list and _clear.
+// Tools returns the five tools of m, named with its tool prefix ([WithToolPrefix]):
+// <prefix>_task (launch or resume), <prefix>_output, <prefix>_cancel, <prefix>_list and
+// <prefix>_clear.
 func Tools(m *Manager) []Tool {
-	p := m.ToolPrefix()
+	p := m.cfg.toolPrefix
 	h := toolHandlers{m: m, prefix: p}
+	defTimeout, maxTimeout := int(DefaultOutputTimeout/time.Second), int(MaxOutputTimeout/time.Second)
 	return []Tool{
 		{Name: p + "_task", Description: "Launch a sub-agent in the background, in its own session, and keep working: " +
 			"a notification arrives when it ends. Set fork to give it this conversation's context. Set resume to a task id " +
 			"(with prompt) to send a follow-up to a finished task instead. fork and resume exclude each other.",
-			Parameters: json.RawMessage(taskSchema), Handler: h.task},
-		{Name: p + "_output", Description: "Get a background task's status and, when it completed, its result. " +
-			"Non-blocking by default; set block to wait until it ends (timeout in seconds, default 120, at most 600).",
-			Parameters: json.RawMessage(outputSchema), Handler: h.output},
+			Parameters: taskSchema.json, Handler: h.task},
+		{Name: p + "_output", Description: fmt.Sprintf("Get a background task's status and, when it completed, its result. "+
+			"Non-blocking by default; set block to wait until it ends (timeout in seconds, default %d, at most %d).", defTimeout, maxTimeout),
+			Parameters: outputSchema.json, Handler: h.output},
 		{Name: p + "_cancel", Description: "Cancel a running background task.",
-			Parameters: json.RawMessage(idSchema), Handler: h.cancel},
+			Parameters: cancelSchema.json, Handler: h.cancel},
 		{Name: p + "_list", Description: "List the background tasks of this session, newest first, optionally by status.",
-			Parameters: json.RawMessage(listSchema), Handler: h.list},
+			Parameters: listSchema.json, Handler: h.list},
 		{Name: p + "_clear", Description: "Abort this session's running background tasks and forget all its tasks.",
-			Parameters: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`), Handler: h.clear},
+			Parameters: clearSchema.json, Handler: h.clear},
 	}
 }
 
-const (
-	taskSchema = `{"type":"object","properties":{` +
-		`"description":{"type":"string","description":"A short description (3-5 words) of the task"},` +
-		`"prompt":{"type":"string","description":"The task for the agent, or the follow-up when resuming"},` +
-		`"agent":{"type":"string","description":"The agent to run (for example general or explore)"},` +
-		`"fork":{"type":"boolean","description":"Give the agent this conversation's context"},` +
-		`"resume":{"type":"string","description":"Id of a finished task to send the prompt to as a follow-up"},` +
-		`"model":{"type":"string","description":"Optional model as providerID/modelID"}},` +
-		`"required":["prompt"],"additionalProperties":false}`
-	outputSchema = `{"type":"object","properties":{` +
-		`"task_id":{"type":"string","description":"The task id"},` +
-		`"block":{"type":"boolean","description":"Wait until the task ends"},` +
-		`"timeout":{"type":"number","minimum":0,"description":"Seconds to wait when blocking (default 120, at most 600)"}},` +
-		`"required":["task_id"],"additionalProperties":false}`
-	idSchema = `{"type":"object","properties":{"task_id":{"type":"string","description":"The task id"}},` +
-		`"required":["task_id"],"additionalProperties":false}`
-	listSchema = `{"type":"object","properties":{"status":{"type":"string",` +
-		`"enum":["running","completed","error","cancelled","resumed"],"description":"Only tasks with this status"}},` +
-		`"additionalProperties":false}`
+// toolSchema is a tool's argument schema, as JSON for the model and resolved for checking.
+type toolSchema struct {
+	json     json.RawMessage
+	resolved *jsonschema.Resolved
+}
+
+func mustSchema(s string) toolSchema {
+	var js jsonschema.Schema
+	if err := json.Unmarshal([]byte(s), &js); err != nil {
+		panic("asyncagents: tool schema: " + err.Error())
+	}
+	r, err := js.Resolve(nil)
+	if err != nil {
+		panic("asyncagents: tool schema: " + err.Error())
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(s)); err != nil {
+		panic("asyncagents: tool schema: " + err.Error())
+	}
+	return toolSchema{json: compact.Bytes(), resolved: r}
+}
+
+var (
+	taskSchema = mustSchema(`{"type": "object", "properties": {
+		"description": {"type": "string", "description": "A short description (3-5 words) of the task; required unless resume is set"},
+		"prompt": {"type": "string", "description": "The task for the agent, or the follow-up when resuming"},
+		"agent": {"type": "string", "description": "The agent to run (for example general or explore); required unless resume is set"},
+		"fork": {"type": "boolean", "description": "Give the agent this conversation's context"},
+		"resume": {"type": "string", "description": "Id of a finished task to send the prompt to as a follow-up"},
+		"model": {"type": "string", "description": "Optional model as providerID/modelID"}},
+		"required": ["prompt"],
+		"if": {"required": ["resume"]}, "then": {}, "else": {"required": ["description", "agent"]},
+		"additionalProperties": false}`)
+	outputSchema = mustSchema(`{"type": "object", "properties": {
+		"task_id": {"type": "string", "description": "The task id"},
+		"block": {"type": "boolean", "description": "Wait until the task ends"},
+		"timeout": {"type": "number", "minimum": 0, "description": "Seconds to wait when blocking; 0 or absent means ` +
+		strconv.Itoa(int(DefaultOutputTimeout/time.Second)) + `, more than ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) +
+		` means ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) + `"}},
+		"required": ["task_id"], "additionalProperties": false}`)
+	cancelSchema = mustSchema(`{"type": "object", "properties": {
+		"task_id": {"type": "string", "description": "The task id"}},
+		"required": ["task_id"], "additionalProperties": false}`)
+	listSchema = mustSchema(`{"type": "object", "properties": {
+		"status": {"type": "string", "enum": ["running", "completed", "error", "cancelled", "resumed"], "description": "Only tasks with this status"}},
+		"additionalProperties": false}`)
+	clearSchema = mustSchema(`{"type": "object", "properties": {}, "additionalProperties": false}`)
 )
 
 type toolHandlers struct {
@@ -73,19 +111,42 @@ type toolHandlers struct {
 	prefix string
 }
 
-// decodeArgs decodes a tool's JSON arguments strictly: unknown fields, wrong types and
-// trailing data are ErrInvalidInput.
-func decodeArgs(args json.RawMessage, v any) error {
-	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+// maxArgError is how many characters of a schema violation an error repeats.
+const maxArgError = 200
+
+var (
+	violationPath  = regexp.MustCompile(`validating /(?:properties/([^:]+)|else|then|if): `)
+	violationValue = regexp.MustCompile(`(?s)type: .* has type ("[a-z]+"), want`) // drops the echoed value
+)
+
+// decodeArgs checks a tool's JSON arguments against its schema, then decodes them into v.
+// Absent or null arguments count as {}. Every problem is ErrInvalidInput.
+func decodeArgs(args json.RawMessage, s toolSchema, v any) error {
+	args = bytes.TrimSpace(args)
+	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: bad arguments: %v", ErrInvalidInput, err)
+	var inst any
+	if err := json.Unmarshal(args, &inst); err != nil {
+		return fmt.Errorf("%w: arguments must be one JSON object", ErrInvalidInput)
 	}
-	if dec.More() {
-		return fmt.Errorf("%w: bad arguments: data after the JSON object", ErrInvalidInput)
+	if _, ok := inst.(map[string]any); !ok {
+		return fmt.Errorf("%w: arguments must be a JSON object", ErrInvalidInput)
+	}
+	if err := s.resolved.Validate(inst); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "validating root: ")
+		msg = violationPath.ReplaceAllString(msg, "$1: ")
+		msg = violationValue.ReplaceAllString(msg, "has type $1, want")
+		msg = strings.TrimPrefix(msg, ": ")
+		if p, cut := truncate.Prefix(msg, maxArgError); cut {
+			msg = p + "…"
+		}
+		return fmt.Errorf("%w: bad arguments: %s", ErrInvalidInput, msg)
+	}
+	// The schema admitted only its own property names, spelled exactly, with their types:
+	// encoding/json's case-insensitive matching has nothing left to confuse.
+	if err := json.Unmarshal(args, v); err != nil {
+		return fmt.Errorf("%w: bad arguments", ErrInvalidInput)
 	}
 	return nil
 }
@@ -99,19 +160,11 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		Resume      string `json:"resume"`
 		Model       string `json:"model"`
 	}
-	if err := decodeArgs(args, &in); err != nil {
+	if err := decodeArgs(args, taskSchema, &in); err != nil {
 		return "", err
 	}
 	if in.Fork && in.Resume != "" {
-		return "", ErrForkResumeConflict
-	}
-	var model *opencode.Model
-	if in.Model != "" {
-		prov, id, ok := strings.Cut(in.Model, "/")
-		if !ok || prov == "" || id == "" {
-			return "", fmt.Errorf("%w: model %q must be providerID/modelID", ErrInvalidInput, in.Model)
-		}
-		model = &opencode.Model{ProviderID: prov, ModelID: id}
+		return "", fmt.Errorf("%w: use fork to start a new task with this conversation's context, resume to continue an existing task", ErrForkResumeConflict)
 	}
 	if in.Resume != "" {
 		t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt)
@@ -121,13 +174,13 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		var b strings.Builder
 		fmt.Fprintf(&b, "Resumed task %s (resume #%d): the follow-up runs in the background in the same session. "+
 			"A notification will come when it finishes; %s_output(task_id=%q) shows its status.", t.DisplayID, t.ResumeCount, h.prefix, t.DisplayID)
-		if in.Agent != "" || in.Description != "" {
-			b.WriteString("\nNote: agent and description are ignored when resuming; the task keeps its own.")
+		if in.Agent != "" || in.Description != "" || in.Model != "" {
+			b.WriteString("\nNote: agent, description and model are ignored when resuming; the task keeps its own.")
 		}
 		return b.String(), nil
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
-		Agent: in.Agent, Fork: in.Fork, Model: model})
+		Agent: in.Agent, Fork: in.Fork, Model: in.Model})
 	if err != nil {
 		if t.ID != "" {
 			return "", fmt.Errorf("task %s failed to start: %w", t.DisplayID, err)
@@ -150,29 +203,29 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 
 func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct {
-		TaskID  string   `json:"task_id"`
-		Block   bool     `json:"block"`
-		Timeout *float64 `json:"timeout"`
+		TaskID  string  `json:"task_id"`
+		Block   bool    `json:"block"`
+		Timeout float64 `json:"timeout"`
 	}
-	if err := decodeArgs(args, &in); err != nil {
+	if err := decodeArgs(args, outputSchema, &in); err != nil {
 		return "", err
 	}
+	// The schema bounds timeout below; 0 means the default and large values are clamped.
 	opts := OutputOptions{Block: in.Block}
-	if in.Timeout != nil {
-		if *in.Timeout < 0 {
-			return "", fmt.Errorf("%w: timeout %v must not be negative", ErrInvalidInput, *in.Timeout)
-		}
-		opts.Timeout = time.Duration(min(*in.Timeout, 600) * float64(time.Second))
+	if in.Timeout > 0 {
+		opts.Timeout = time.Duration(min(in.Timeout, MaxOutputTimeout.Seconds()) * float64(time.Second))
 	}
 	out, err := h.m.Output(ctx, caller, in.TaskID, opts)
 	if err != nil {
 		return "", err
 	}
-	return FormatOutput(out, h.m.Now()), nil
+	return FormatOutput(out, h.m.now()), nil
 }
 
-// FormatOutput renders an Output as the output tool shows it: status and, when completed,
-// the description, duration and result; when failed, the error; while running, progress.
+// FormatOutput renders an [Output] as the output tool shows it to the model: the status and,
+// when completed, the description, duration and result; when failed, the error; while
+// active, the progress and a pending permission. now is the time durations of active tasks
+// are measured to.
 func FormatOutput(out Output, now time.Time) string {
 	t := out.Task
 	d := hints.Duration(t.Duration(now))
@@ -203,32 +256,33 @@ func (h toolHandlers) cancel(ctx context.Context, caller Caller, args json.RawMe
 	var in struct {
 		TaskID string `json:"task_id"`
 	}
-	if err := decodeArgs(args, &in); err != nil {
+	if err := decodeArgs(args, cancelSchema, &in); err != nil {
 		return "", err
 	}
 	t, err := h.m.Cancel(ctx, caller, in.TaskID)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("Cancelled task %s (%s) after %s.", t.DisplayID, t.Description, hints.Duration(t.Duration(h.m.Now()))), nil
+	return fmt.Sprintf("Cancelled task %s (%s) after %s.", t.DisplayID, t.Description, hints.Duration(t.Duration(h.m.now()))), nil
 }
 
 func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct {
 		Status Status `json:"status"`
 	}
-	if err := decodeArgs(args, &in); err != nil {
+	if err := decodeArgs(args, listSchema, &in); err != nil {
 		return "", err
 	}
 	tasks, err := h.m.List(caller, in.Status)
 	if err != nil {
 		return "", err
 	}
-	return FormatList(tasks, in.Status, h.m.Now()), nil
+	return FormatList(tasks, in.Status, h.m.now()), nil
 }
 
-// FormatList renders tasks as the list tool shows them (SPEC T-13): one line per task,
-// the display id followed by " (forked)" and " (resumed)" where they apply.
+// FormatList renders tasks as the list tool shows them to the model: one line per task with
+// the display id and its [Task.Markers], description, agent, status, duration and tool calls,
+// or "No background tasks found" (naming the status filter when there is one).
 func FormatList(tasks []Task, status Status, now time.Time) string {
 	if len(tasks) == 0 {
 		if status != "" {
@@ -240,26 +294,14 @@ func FormatList(tasks []Task, status Status, now time.Time) string {
 	b.WriteString("Background tasks (newest first):")
 	for _, t := range tasks {
 		fmt.Fprintf(&b, "\n- %s%s | %s | agent: %s | %s | %s | %d tool calls",
-			t.DisplayID, Markers(t), t.Description, t.Agent, t.Status, hints.Duration(t.Duration(now)), t.Progress.ToolCalls)
+			t.DisplayID, t.Markers(), t.Description, t.Agent, t.Status, hints.Duration(t.Duration(now)), t.Progress.ToolCalls)
 	}
 	return b.String()
 }
 
-// Markers returns " (forked)", " (resumed)", both in that order, or "" (SPEC T-13).
-func Markers(t Task) string {
-	s := ""
-	if t.Forked {
-		s += " (forked)"
-	}
-	if t.ResumeCount > 0 {
-		s += " (resumed)"
-	}
-	return s
-}
-
 func (h toolHandlers) clear(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct{}
-	if err := decodeArgs(args, &in); err != nil {
+	if err := decodeArgs(args, clearSchema, &in); err != nil {
 		return "", err
 	}
 	r, err := h.m.Clear(ctx, caller)

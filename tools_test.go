@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -60,36 +62,64 @@ func TestToolSchemasAndNames(t *testing.T) {
 	}
 }
 
-// SPEC L: bad arguments give a clear error, never a panic, and change nothing.
+// SPEC L, R: bad arguments give a short error for the model (no Go types, no echo of huge
+// values), matching a sentinel, never a panic, and change nothing.
 func TestToolsRejectBadArguments(t *testing.T) {
 	m := offlineManager(t)
 	ts := tools(m)
 	caller := asyncagents.Caller{SessionID: "ses_parent"}
+	huge := strings.Repeat("x", 1<<20)
 	cases := []struct {
 		tool, args string
 		want       error
 		text       string
 	}{
-		{"asyncagents_task", `{"prompt": 5}`, asyncagents.ErrInvalidInput, "cannot unmarshal number"},
-		{"asyncagents_task", `{"prompt":"p","bogus":1}`, asyncagents.ErrInvalidInput, `unknown field "bogus"`},
+		{"asyncagents_task", `{"prompt": 5, "description":"d", "agent":"a"}`, asyncagents.ErrInvalidInput, `prompt: has type "integer", want "string"`},
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","bogus":1}`, asyncagents.ErrInvalidInput, `additional properties ["bogus"]`},
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","Fork":true}`, asyncagents.ErrInvalidInput, `additional properties ["Fork"]`},
 		{"asyncagents_task", `{"prompt":"p","agent":"a","description":"d","fork":true,"resume":"ses_x"}`, asyncagents.ErrForkResumeConflict, "mutually exclusive"},
-		{"asyncagents_task", `{"description":"d","agent":"a"}`, asyncagents.ErrInvalidInput, "prompt is required"},
+		{"asyncagents_task", `{"description":"d","agent":"a"}`, asyncagents.ErrInvalidInput, `missing properties: ["prompt"]`},
+		{"asyncagents_task", `{}`, asyncagents.ErrInvalidInput, `missing properties`},
+		{"asyncagents_task", `{"prompt":"p"}`, asyncagents.ErrInvalidInput, `missing properties: ["description" "agent"]`},
 		{"asyncagents_task", `{"prompt":"p","agent":"a","description":"d","model":"nomodel"}`, asyncagents.ErrInvalidInput, "providerID/modelID"},
-		{"asyncagents_task", `[1,2]`, asyncagents.ErrInvalidInput, "bad arguments"},
-		{"asyncagents_task", `{"prompt":"p"} {}`, asyncagents.ErrInvalidInput, "data after"},
-		{"asyncagents_output", `{}`, asyncagents.ErrInvalidInput, "empty task id"},
-		{"asyncagents_output", `{"task_id":"ses_x","timeout":-1}`, asyncagents.ErrInvalidInput, "negative"},
+		{"asyncagents_task", `{"prompt":"p","agent":"a","description":" "}`, asyncagents.ErrInvalidInput, "description is required"},
+		{"asyncagents_task", `[1,2]`, asyncagents.ErrInvalidInput, "must be a JSON object"},
+		{"asyncagents_task", `{"prompt":"p"} {}`, asyncagents.ErrInvalidInput, "one JSON object"},
+		{"asyncagents_output", `{}`, asyncagents.ErrInvalidInput, `missing properties: ["task_id"]`},
+		{"asyncagents_output", `{"task_id":""}`, asyncagents.ErrInvalidInput, "task id is required"},
+		{"asyncagents_output", `{"Task_ID":"ses_abcd1234"}`, asyncagents.ErrInvalidInput, `additional properties ["Task_ID"]`},
+		{"asyncagents_output", `{"task_id":"ses_x","timeout":-1}`, asyncagents.ErrInvalidInput, "minimum"},
 		{"asyncagents_output", `{"task_id":"ses_abcd1234"}`, asyncagents.ErrTaskNotFound, "not found"},
 		{"asyncagents_output", `{"task_id":"ses_ab"}`, asyncagents.ErrTaskNotFound, "at least 4"},
-		{"asyncagents_cancel", `{"task_id":true}`, asyncagents.ErrInvalidInput, "cannot unmarshal"},
-		{"asyncagents_list", `{"status":"sleeping"}`, asyncagents.ErrInvalidInput, "unknown status"},
-		{"asyncagents_clear", `{"all":true}`, asyncagents.ErrInvalidInput, "unknown field"},
+		{"asyncagents_output", `{"task_id":"` + huge + `"}`, asyncagents.ErrTaskNotFound, "xxxx"},
+		{"asyncagents_cancel", `{"task_id":true}`, asyncagents.ErrInvalidInput, `want "string"`},
+		{"asyncagents_cancel", `{"TASK_ID":"ses_abcd1234"}`, asyncagents.ErrInvalidInput, "additional properties"},
+		{"asyncagents_list", `{"status":"sleeping"}`, asyncagents.ErrInvalidInput, "status"},
+		{"asyncagents_list", `{"STATUS":"running"}`, asyncagents.ErrInvalidInput, "additional properties"},
+		{"asyncagents_clear", `{"all":true}`, asyncagents.ErrInvalidInput, "additional properties"},
 		{"asyncagents_task", `{"resume":"ses_abcdefgh","prompt":""}`, asyncagents.ErrInvalidInput, "prompt is required"},
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"` + huge + `"}`, nil, ""}, // offline: fails on the request, not echoing
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","fork":"` + huge + `"}`, asyncagents.ErrInvalidInput, `want "boolean"`},
 	}
 	for _, tc := range cases {
 		out, err := ts[tc.tool].Handler(context.Background(), caller, json.RawMessage(tc.args))
-		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) || out != "" {
-			t.Errorf("%s(%s) = %q, %v; want %v containing %q", tc.tool, tc.args, out, err, tc.want, tc.text)
+		args := tc.args[:min(len(tc.args), 80)]
+		if err == nil || out != "" {
+			t.Errorf("%s(%s) = %q, %v; want an error", tc.tool, args, out, err)
+			continue
+		}
+		if msg := err.Error(); len(msg) > 500 || strings.Contains(msg, "struct {") || strings.Contains(msg, "Go ") {
+			t.Errorf("%s(%s): error text of %d bytes: %.300s", tc.tool, args, len(msg), msg)
+		}
+		if tc.want != nil && (!errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text)) {
+			t.Errorf("%s(%s) = %v; want %v containing %q", tc.tool, args, err, tc.want, tc.text)
+		}
+	}
+	// Caller problems match a sentinel before any request.
+	for _, c := range []asyncagents.Caller{{}, {SessionID: "parent"}, {SessionID: "ses_" + huge}} {
+		_, err := ts["asyncagents_list"].Handler(context.Background(), c, nil)
+		if !errors.Is(err, asyncagents.ErrInvalidInput) || len(err.Error()) > 200 {
+			t.Errorf("list with caller %.40q: %.300v", c.SessionID, err)
 		}
 	}
 	if out, err := ts["asyncagents_list"].Handler(context.Background(), caller, nil); err != nil || out != "No background tasks found" {
@@ -97,6 +127,30 @@ func TestToolsRejectBadArguments(t *testing.T) {
 	}
 	if out, _ := ts["asyncagents_list"].Handler(context.Background(), caller, json.RawMessage(`{"status":"running"}`)); out != `No background tasks found with status "running"` {
 		t.Errorf("empty filtered list = %q", out)
+	}
+}
+
+// The schemas say what is required: the task schema requires prompt, and description and
+// agent unless resume is set; timeout says what 0 means.
+func TestToolSchemasRequired(t *testing.T) {
+	ts := tools(offlineManager(t))
+	var task struct {
+		Required []string `json:"required"`
+		Else     struct {
+			Required []string `json:"required"`
+		} `json:"else"`
+	}
+	if err := json.Unmarshal(ts["asyncagents_task"].Parameters, &task); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"prompt"}, task.Required); diff != "" {
+		t.Error(diff)
+	}
+	if diff := cmp.Diff([]string{"description", "agent"}, task.Else.Required); diff != "" {
+		t.Error(diff)
+	}
+	if p := string(ts["asyncagents_output"].Parameters); !strings.Contains(p, "0 or absent means 120") || !strings.Contains(p, "more than 600 means 600") {
+		t.Errorf("output schema: %s", p)
 	}
 }
 
@@ -110,7 +164,7 @@ func TestMarkers(t *testing.T) {
 		{asyncagents.Task{ResumeCount: 2}, " (resumed)"},
 		{asyncagents.Task{Forked: true, ResumeCount: 1}, " (forked) (resumed)"},
 	} {
-		if got := asyncagents.Markers(tc.t); got != tc.want {
+		if got := tc.t.Markers(); got != tc.want {
 			t.Errorf("Markers(%+v) = %q", tc.t, got)
 		}
 	}

@@ -147,7 +147,7 @@ func run(ctx context.Context, agent string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println(indent(asyncagents.FormatOutput(out, m.Now())))
+	fmt.Println(indent(asyncagents.FormatOutput(out, time.Now())))
 	list, _ = tools["asyncagents_list"].Handler(ctx, caller, nil)
 	fmt.Println(indent(list))
 
@@ -199,8 +199,8 @@ func watch(ctx context.Context, m *asyncagents.Manager, caller asyncagents.Calle
 			line := fmt.Sprintf("%s — %d tool calls", t.Status, t.Progress.ToolCalls)
 			if seen[t.ID] != line {
 				seen[t.ID] = line
-				fmt.Printf("   %s%s %q: %s (%s)\n", t.DisplayID, asyncagents.Markers(t), t.Description, line,
-					t.Duration(m.Now()).Round(time.Millisecond))
+				fmt.Printf("   %s%s %q: %s (%s)\n", t.DisplayID, t.Markers(), t.Description, line,
+					t.Duration(time.Now()).Round(time.Millisecond))
 			}
 			done = done && t.Status.Terminal()
 		}

@@ -1,22 +1,25 @@
-package manager
+package asyncagents
 
 import (
 	"context"
 	"sync"
 )
 
-// Store keeps task records (SPEC T-19). The Manager calls it after every change, outside
-// its own lock; implementations must be safe for concurrent use.
+// Store keeps task records so that a new [Manager] (after a host restart) knows the tasks of
+// the last one. The Manager saves a task after every change, outside its own lock, one save
+// at a time per task and in order, so a later save always carries a newer record; it deletes
+// the tasks that [Manager.Clear] removes. Implementations must be safe for concurrent use.
 type Store interface {
-	// Load returns every stored task.
+	// Load returns every stored task; New calls it once.
 	Load(ctx context.Context) ([]Task, error)
-	// Save inserts or replaces a task.
+	// Save inserts or replaces the task with t.ID.
 	Save(ctx context.Context, t Task) error
 	// Delete removes tasks; unknown ids are ignored.
 	Delete(ctx context.Context, ids ...string) error
 }
 
-// MemoryStore is a Store in memory, the default. The zero value is ready.
+// MemoryStore is a [Store] in memory, the default: tasks live as long as the process.
+// The zero value is ready; it is safe for concurrent use.
 type MemoryStore struct {
 	mu    sync.Mutex
 	tasks map[string]Task
@@ -24,7 +27,7 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// Load returns copies of the stored tasks.
+// Load returns copies of the stored tasks, in no particular order.
 func (s *MemoryStore) Load(context.Context) ([]Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

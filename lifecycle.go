@@ -1,24 +1,23 @@
-package manager
+package asyncagents
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/asyncagents/asyncagents/hints"
+	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // reconcileWindow is how many of the latest messages a reconcile reads: enough to find
 // the run's final assistant message and the prompt it answers.
 const reconcileWindow = 8
-
-var timeZero time.Time
 
 func (m *Manager) start() {
 	m.goLoop(m.eventLoop)
@@ -35,6 +34,15 @@ func (m *Manager) goLoop(f func()) {
 		defer m.wg.Done()
 		f()
 	}()
+}
+
+// recoverAndLog is deferred by the background work that serves no single task: a panic
+// there (in the Client, the Store or the Manager) is logged with its stack and the goroutine
+// goes on with its next round. Work for one task records the panic on that task instead.
+func (m *Manager) recoverAndLog(what string) {
+	if r := recover(); r != nil {
+		m.cfg.logger.Error("asyncagents: panic in "+what, "panic", r, "stack", string(debug.Stack()))
+	}
 }
 
 // wait sleeps for d on the Manager's clock; false when the Manager is closing.
@@ -55,39 +63,43 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 }
 
 // eventLoop keeps one subscription to the server's events, reconnecting with backoff
-// (SPEC T-6). After every (re)connect all active tasks are reconciled (SPEC T-7), so an
+//. After every (re)connect all active tasks are reconciled, so an
 // idle missed while disconnected is not lost.
 func (m *Manager) eventLoop() {
 	b := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
-		stream, err := m.client.Events(m.ctx)
-		if err == nil {
-			m.enqueueActive()
-			for ev, err := range stream.All() {
-				if err != nil {
-					m.cfg.logger.Debug("asyncagents: event stream ended", "err", err)
-					break
-				}
-				b.Reset()
-				m.handle(ev)
-			}
-			stream.Close()
-		} else if m.ctx.Err() == nil {
-			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)
-		}
+		m.subscribe(b)
 		if !m.wait(b.NextBackOff()) {
 			return
 		}
 	}
 }
 
-// handle applies one event. A panic is logged, never passed to the host (STYLE 13).
-func (m *Manager) handle(ev opencode.Event) {
-	defer func() {
-		if r := recover(); r != nil {
-			m.cfg.logger.Error("asyncagents: panic handling event", "type", ev.Type, "panic", r, "stack", string(debug.Stack()))
+// subscribe reads one connection of the event stream until it ends.
+func (m *Manager) subscribe(b *backoff.ExponentialBackOff) {
+	defer m.recoverAndLog("the event stream")
+	stream, err := m.client.Events(m.ctx)
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)
 		}
-	}()
+		return
+	}
+	defer stream.Close()
+	m.enqueueActive()
+	for ev, err := range stream.All() {
+		if err != nil {
+			m.cfg.logger.Debug("asyncagents: event stream ended", "err", err)
+			return
+		}
+		b.Reset()
+		m.handle(ev)
+	}
+}
+
+// handle applies one event.
+func (m *Manager) handle(ev opencode.Event) {
+	defer m.recoverAndLog("handling an event")
 	switch ev.Type {
 	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
 		opencode.EventMessagePartUpdate, opencode.EventSessionDeleted,
@@ -123,7 +135,7 @@ func (m *Manager) handle(ev opencode.Event) {
 		}
 	case opencode.EventSessionError:
 		e.sessErr = p.Error.Message()
-		if !e.seenBusy { // unknown agent: no busy, no idle will come (SPEC T-6)
+		if !e.seenBusy { // unknown agent: no busy, no idle will come
 			m.enqueueLocked(e.task.ID, true)
 		}
 	case opencode.EventMessagePartUpdate:
@@ -132,12 +144,14 @@ func (m *Manager) handle(ev opencode.Event) {
 		}
 	case opencode.EventPermissionAsked:
 		e.task.Permission = &PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns}
+		e.version++
 	case opencode.EventPermissionReplied:
 		e.task.Permission = nil
+		e.version++
 	}
 }
 
-// progressLocked counts a tool part the first time it is seen (SPEC T-8).
+// progressLocked counts a tool part the first time it is seen.
 func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 	for _, id := range e.recent {
 		if id == part.ID {
@@ -157,22 +171,30 @@ func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 		pr.LastTools = append(pr.LastTools[:0], pr.LastTools[n-3:]...)
 	}
 	pr.Updated = m.now()
+	e.version++
 }
 
-// sessionDeleted applies SPEC T-15: a deleted parent takes its tasks with it (running ones
-// are aborted); a deleted task session cancels its task.
+// sessionDeleted handles session.deleted: a deleted parent takes its tasks with it (active
+// ones are aborted); a deleted task session cancels its task.
 func (m *Manager) sessionDeleted(id string) {
 	m.mu.Lock()
 	var abort, remove []string
-	for _, e := range append([]*entry(nil), m.byParent[id]...) {
+	var removed []*entry
+	for _, tid := range slices.Clone(m.reg.Tasks(id)) {
+		e := m.tasks[tid]
 		if e.task.Status.Active() {
-			abort = append(abort, e.task.ID)
+			abort = append(abort, tid)
 		}
-		remove = append(remove, e.task.ID)
+		remove = append(remove, tid)
+		removed = append(removed, e)
 		m.removeLocked(e)
 	}
 	own := m.tasks[id]
 	m.mu.Unlock()
+	for _, e := range removed { // saves in flight land before the delete
+		e.saveMu.Lock()
+		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
+	}
 	for _, t := range abort {
 		if err := m.client.Abort(m.ctx, t); err != nil {
 			m.cfg.logger.Warn("asyncagents: abort task of deleted parent", "task", t, "err", err)
@@ -188,9 +210,9 @@ func (m *Manager) sessionDeleted(id string) {
 	}
 }
 
-// pollLoop reconciles with GET /session/status every poll interval (SPEC T-7): one request
-// per directory; a message read only for a task whose session left the busy map since the
-// last poll.
+// pollLoop reconciles with GET /session/status every poll interval: one request per
+// directory; a message read only for a task whose session left the busy map since the last
+// poll.
 func (m *Manager) pollLoop() {
 	for m.wait(m.cfg.poll) {
 		m.poll()
@@ -198,6 +220,7 @@ func (m *Manager) pollLoop() {
 }
 
 func (m *Manager) poll() {
+	defer m.recoverAndLog("the status poll")
 	m.mu.Lock()
 	dirs := map[string][]string{}
 	for id, e := range m.tasks {
@@ -289,8 +312,9 @@ func (m *Manager) reconcileLoop() {
 	}
 }
 
-// reconcile reads the task session's latest messages and decides whether the run ended
-// (SPEC T-6). A panic becomes the task's error (STYLE 13).
+// reconcile reads the task session's latest messages and decides whether the run ended.
+// A panic (in the Client or in deciding) ends the task in StatusError with the panic's value
+// and stack.
 func (m *Manager) reconcile(id string, idle bool) {
 	m.mu.Lock()
 	e := m.tasks[id]
@@ -298,10 +322,12 @@ func (m *Manager) reconcile(id string, idle bool) {
 		m.mu.Unlock()
 		return
 	}
-	rc, baseline, sessErr := e.task.ResumeCount, e.baseline, e.sessErr
+	rc := e.task.ResumeCount
+	run := manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle}
 	m.mu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
+			m.cfg.logger.Error("asyncagents: panic while reconciling", "task", id, "panic", r)
 			m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: panic while reconciling: %v\n%s", r, debug.Stack()))
 		}
 	}()
@@ -320,50 +346,12 @@ func (m *Manager) reconcile(id string, idle bool) {
 		}
 		return
 	}
-	if st, result, msg, done := decide(msgs, baseline, sessErr, idle); done {
-		m.finish(e, rc, st, result, msg)
+	switch v := manager.Decide(msgs, run); v.Outcome {
+	case manager.Completed:
+		m.finish(e, rc, StatusCompleted, v.Result, "")
+	case manager.Failed:
+		m.finish(e, rc, StatusError, "", v.Error)
 	}
-}
-
-// decide reads the end of a run from the session's latest messages (SPEC T-6). Only the
-// messages after baseline (the last message before the run's prompt) belong to the run.
-func decide(msgs []opencode.Message, baseline, sessErr string, idle bool) (Status, string, string, bool) {
-	start := 0
-	if baseline != "" {
-		for i := range msgs {
-			if msgs[i].Info.ID == baseline {
-				start = i + 1
-			}
-		}
-	}
-	run := msgs[start:]
-	if len(run) == 0 || run[len(run)-1].Info.Role != opencode.RoleAssistant {
-		// The prompt has no reply yet: still running, unless OpenCode reported an error
-		// for a run that will not start (unknown model or agent).
-		if sessErr != "" && idle {
-			return StatusError, "", sessErr, true
-		}
-		return "", "", "", false
-	}
-	last := &run[len(run)-1]
-	switch {
-	case last.Info.Error != nil:
-		return StatusError, "", last.Info.Error.Message(), true
-	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
-		return "", "", "", false // the step is still streaming
-	case last.Info.Finish == "tool-calls":
-		if idle { // the loop stopped after a tool call: a permission was rejected
-			return StatusError, "", "the agent loop stopped after a tool call (a permission was rejected)", true
-		}
-		return "", "", "", false
-	}
-	var texts []string
-	for _, p := range last.Parts {
-		if p.Type == opencode.PartText && !p.Ignored {
-			texts = append(texts, p.Text)
-		}
-	}
-	return StatusCompleted, strings.Join(texts, "\n"), "", true
 }
 
 // finish moves an active task of run rc to a terminal state once, persists it and queues
@@ -377,15 +365,17 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	e.task.Status, e.task.Completed = st, m.now()
 	e.task.Result, e.task.Error = result, errMsg
 	e.task.Permission = nil
+	e.version++
 	close(e.done)
-	snap := e.task.clone()
-	var n notice
+	if b := m.batches[e.task.BatchID]; b != nil {
+		b.active--
+		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
+	}
 	if m.cfg.notify {
-		n = m.noticeLocked(e)
-		m.nq = append(m.nq, n)
+		m.nq = append(m.nq, m.noticeLocked(e))
 	}
 	m.mu.Unlock()
-	m.persist(snap)
+	m.persist(e)
 	if m.cfg.notify {
 		select {
 		case m.nqWake <- struct{}{}:
@@ -405,7 +395,7 @@ type notice struct {
 func (m *Manager) noticeLocked(e *entry) notice {
 	t := &e.task
 	n := hints.Notice{
-		Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.displayIDLocked(e),
+		Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID),
 	}
 	if t.ResumeCount > 0 {
 		n.Resume = t.ResumeCount
@@ -418,16 +408,8 @@ func (m *Manager) noticeLocked(e *entry) notice {
 	default:
 		n.Outcome = hints.Cancelled
 	}
-	for _, o := range m.byParent[t.ParentSessionID] {
-		if o.task.BatchID != t.BatchID {
-			continue
-		}
-		n.Total++
-		if o.task.Status.Terminal() {
-			n.Completed++
-		} else {
-			n.Running++
-		}
+	if b := m.batches[t.BatchID]; b != nil {
+		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
 	}
 	return notice{
 		parent: t.ParentSessionID, agent: t.ParentAgent,
@@ -467,6 +449,7 @@ func (m *Manager) notifyLoop() {
 }
 
 func (m *Manager) deliver(n notice) {
+	defer m.recoverAndLog("delivering a notification")
 	b := newBackoff(500*time.Millisecond, 15*time.Second)
 	for attempt := 1; ; attempt++ {
 		err := m.send(m.ctx, n)
@@ -504,14 +487,24 @@ func (m *Manager) flushNotices() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, n := range pending {
-		if err := m.send(ctx, n); err != nil {
+		if err := m.sendRecover(ctx, n); err != nil {
 			m.cfg.logger.Error("asyncagents: notification not delivered at close", "key", n.key, "err", err)
 		}
 	}
 }
 
+// sendRecover sends n, turning a panic into an error.
+func (m *Manager) sendRecover(ctx context.Context, n notice) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("asyncagents: panic: %v", r)
+		}
+	}()
+	return m.send(ctx, n)
+}
+
 // send posts a notification to the parent: a visible text part and a synthetic hint
-// (SPEC §4), with prompt_async so the parent takes a turn, or noReply when configured.
+//, with prompt_async so the parent takes a turn, or noReply when configured.
 func (m *Manager) send(ctx context.Context, n notice) error {
 	req := opencode.PromptRequest{
 		Agent: n.agent,

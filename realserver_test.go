@@ -1,4 +1,4 @@
-package manager_test
+package asyncagents_test
 
 import (
 	"context"
@@ -10,15 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncagents/asyncagents/internal/testmain"
-	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
-
-var shared opencodetest.Shared
-
-func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -26,9 +21,9 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func newManager(t *testing.T, c opencode.Client, opts ...manager.Option) *manager.Manager {
+func newManager(t *testing.T, c opencode.Client, opts ...asyncagents.Option) *asyncagents.Manager {
 	t.Helper()
-	m, err := manager.New(c, append([]manager.Option{manager.WithPollInterval(500 * time.Millisecond)}, opts...)...)
+	m, err := asyncagents.New(c, append([]asyncagents.Option{asyncagents.WithPollInterval(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,37 +73,37 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	parent, secret := parentWithWork(t, c)
 	m := newManager(t, c)
 	ctx := ctxT(t, 90*time.Second)
-	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	// Markers unique to this run: the shared model's log keeps the requests of earlier runs.
 	run := fmt.Sprint(time.Now().UnixNano())
 	plainMark, forkedMark := "plain task "+run, "forked task "+run
 
-	plain, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "plain look", Agent: "general",
+	plain, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "plain look", Agent: "general",
 		Prompt: plainMark + "\nQUOTE:PARENT_SECRET="})
 	if err != nil {
 		t.Fatal(err)
 	}
-	forked, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "forked look", Agent: "general", Fork: true,
+	forked, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "forked look", Agent: "general", Fork: true,
 		Prompt: forkedMark + "\nQUOTE:PARENT_SECRET="})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain.Status != manager.StatusRunning || !forked.Forked || forked.ForkStats == nil || forked.BatchID != plain.BatchID {
+	if plain.Status != asyncagents.StatusRunning || !forked.Forked || forked.ForkStats == nil || forked.BatchID != plain.BatchID {
 		t.Fatalf("launch snapshots: plain %+v forked %+v", plain, forked)
 	}
 
-	po, err := m.Output(ctx, caller, plain.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	po, err := m.Output(ctx, caller, plain.ID, asyncagents.OutputOptions{Block: true, Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fo, err := m.Output(ctx, caller, forked.DisplayID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	fo, err := m.Output(ctx, caller, forked.DisplayID, asyncagents.OutputOptions{Block: true, Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if po.Task.Status != manager.StatusCompleted || po.Task.Result != "QUOTE: not found" {
+	if po.Task.Status != asyncagents.StatusCompleted || po.Task.Result != "QUOTE: not found" {
 		t.Errorf("plain output = %+v", po.Task)
 	}
-	if fo.Task.Status != manager.StatusCompleted || !strings.Contains(fo.Task.Result, secret) {
+	if fo.Task.Status != asyncagents.StatusCompleted || !strings.Contains(fo.Task.Result, secret) {
 		t.Errorf("forked output = %+v, want it to quote %s", fo.Task, secret)
 	}
 	if fo.Task.Retrieved.IsZero() {
@@ -136,7 +131,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].ID != forked.ID || !list[0].Forked || list[1].Forked {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
-	if other, _ := m.List(manager.Caller{SessionID: "ses_someoneelse"}, ""); len(other) != 0 {
+	if other, _ := m.List(asyncagents.Caller{SessionID: "ses_someoneelse"}, ""); len(other) != 0 {
 		t.Errorf("another session sees %d tasks", len(other))
 	}
 	// The child sessions are children of the parent, with the recursion guard (T-17).
@@ -148,17 +143,17 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 
 	// T-18: a follow-up in the same session; the reply comes from the plain child's session.
 	rt, err := m.Resume(ctx, caller, plain.DisplayID, "RUN:echo resumed-ok")
-	if err != nil || rt.Status != manager.StatusResumed || rt.ResumeCount != 1 {
+	if err != nil || rt.Status != asyncagents.StatusResumed || rt.ResumeCount != 1 {
 		t.Fatalf("Resume = %+v, %v", rt, err)
 	}
-	if _, err := m.Resume(ctx, caller, plain.ID, "again"); !errors.Is(err, manager.ErrTaskBusy) {
+	if _, err := m.Resume(ctx, caller, plain.ID, "again"); !errors.Is(err, asyncagents.ErrTaskBusy) {
 		t.Errorf("resume of a resumed task = %v, want ErrTaskBusy", err)
 	}
-	ro, err := m.Output(ctx, caller, plain.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
-	if err != nil || ro.Task.Status != manager.StatusCompleted || !strings.Contains(ro.Task.Result, "resumed-ok") {
+	ro, err := m.Output(ctx, caller, plain.ID, asyncagents.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil || ro.Task.Status != asyncagents.StatusCompleted || !strings.Contains(ro.Task.Result, "resumed-ok") {
 		t.Fatalf("resumed output = %+v, %v", ro.Task, err)
 	}
-	if _, err := m.Resume(ctx, caller, plain.ID, " "); !errors.Is(err, manager.ErrInvalidInput) {
+	if _, err := m.Resume(ctx, caller, plain.ID, " "); !errors.Is(err, asyncagents.ErrInvalidInput) {
 		t.Errorf("empty follow-up = %v", err)
 	}
 
@@ -201,24 +196,24 @@ func TestRealServerLaunchValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newManager(t, c)
-	caller := manager.Caller{SessionID: parent.ID}
-	ok := manager.LaunchInput{Caller: caller, Description: "d", Prompt: "p", Agent: "general"}
-	bad := func(mut func(*manager.LaunchInput)) manager.LaunchInput { in := ok; mut(&in); return in }
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	ok := asyncagents.LaunchInput{Caller: caller, Description: "d", Prompt: "p", Agent: "general"}
+	bad := func(mut func(*asyncagents.LaunchInput)) asyncagents.LaunchInput { in := ok; mut(&in); return in }
 	cases := []struct {
 		name string
-		in   manager.LaunchInput
+		in   asyncagents.LaunchInput
 		want error
 	}{
-		{"fork+resume", bad(func(in *manager.LaunchInput) { in.Fork, in.Resume = true, "ses_x" }), manager.ErrForkResumeConflict},
-		{"empty prompt", bad(func(in *manager.LaunchInput) { in.Prompt = " " }), manager.ErrInvalidInput},
-		{"empty agent", bad(func(in *manager.LaunchInput) { in.Agent = "" }), manager.ErrInvalidInput},
-		{"empty description", bad(func(in *manager.LaunchInput) { in.Description = "" }), manager.ErrInvalidInput},
-		{"unknown agent", bad(func(in *manager.LaunchInput) { in.Agent = "no-such-agent" }), manager.ErrUnknownAgent},
-		{"hidden agent", bad(func(in *manager.LaunchInput) { in.Agent = "compaction" }), manager.ErrUnknownAgent},
-		{"unknown caller", bad(func(in *manager.LaunchInput) { in.Caller.SessionID = "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz" }), manager.ErrInvalidInput},
-		{"unknown caller fork", bad(func(in *manager.LaunchInput) {
+		{"fork+resume", bad(func(in *asyncagents.LaunchInput) { in.Fork, in.Resume = true, "ses_x" }), asyncagents.ErrForkResumeConflict},
+		{"empty prompt", bad(func(in *asyncagents.LaunchInput) { in.Prompt = " " }), asyncagents.ErrInvalidInput},
+		{"empty agent", bad(func(in *asyncagents.LaunchInput) { in.Agent = "" }), asyncagents.ErrInvalidInput},
+		{"empty description", bad(func(in *asyncagents.LaunchInput) { in.Description = "" }), asyncagents.ErrInvalidInput},
+		{"unknown agent", bad(func(in *asyncagents.LaunchInput) { in.Agent = "no-such-agent" }), asyncagents.ErrUnknownAgent},
+		{"hidden agent", bad(func(in *asyncagents.LaunchInput) { in.Agent = "compaction" }), asyncagents.ErrUnknownAgent},
+		{"unknown caller", bad(func(in *asyncagents.LaunchInput) { in.Caller.SessionID = "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz" }), asyncagents.ErrInvalidInput},
+		{"unknown caller fork", bad(func(in *asyncagents.LaunchInput) {
 			in.Caller.SessionID, in.Fork = "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz", true
-		}), manager.ErrInvalidInput},
+		}), asyncagents.ErrInvalidInput},
 	}
 	for _, tc := range cases {
 		_, err := m.Launch(ctx, tc.in)
@@ -247,41 +242,41 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, manager.WithNotifyNoReply(true))
-	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	m := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 
-	slow, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:30"})
+	slow, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:30"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := m.Output(ctx, caller, slow.ID, manager.OutputOptions{Block: true, Timeout: 700 * time.Millisecond})
-	if err != nil || !out.TimedOut || out.Task.Status != manager.StatusRunning {
+	out, err := m.Output(ctx, caller, slow.ID, asyncagents.OutputOptions{Block: true, Timeout: 700 * time.Millisecond})
+	if err != nil || !out.TimedOut || out.Task.Status != asyncagents.StatusRunning {
 		t.Fatalf("blocking output on a running task = %+v, %v", out, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := m.Output(cctx, caller, slow.ID, manager.OutputOptions{Block: true}); !errors.Is(err, context.Canceled) {
+	if _, err := m.Output(cctx, caller, slow.ID, asyncagents.OutputOptions{Block: true}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled wait = %v", err)
 	}
 	got, err := m.Cancel(ctx, caller, slow.ID)
-	if err != nil || got.Status != manager.StatusCancelled {
+	if err != nil || got.Status != asyncagents.StatusCancelled {
 		t.Fatalf("Cancel = %+v, %v", got, err)
 	}
-	if _, err := m.Cancel(ctx, caller, slow.ID); !errors.Is(err, manager.ErrNotRunning) {
+	if _, err := m.Cancel(ctx, caller, slow.ID); !errors.Is(err, asyncagents.ErrNotRunning) {
 		t.Errorf("second Cancel = %v", err)
 	}
 	// The abort's MessageAbortedError does not turn cancelled into error.
 	time.Sleep(time.Second)
-	if tk, _ := m.Get(slow.ID); tk.Status != manager.StatusCancelled {
+	if tk, _ := m.Get(slow.ID); tk.Status != asyncagents.StatusCancelled {
 		t.Errorf("after abort events: %s", tk.Status)
 	}
 
-	failing, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "failing", Agent: "general", Prompt: "FAIL:400"})
+	failing, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "failing", Agent: "general", Prompt: "FAIL:400"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = m.Output(ctx, caller, failing.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
-	if err != nil || out.Task.Status != manager.StatusError || !strings.Contains(out.Task.Error, "scripted failure") {
+	out, err = m.Output(ctx, caller, failing.ID, asyncagents.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	if err != nil || out.Task.Status != asyncagents.StatusError || !strings.Contains(out.Task.Error, "scripted failure") {
 		t.Fatalf("failing task = %+v, %v", out.Task, err)
 	}
 }
@@ -308,10 +303,10 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	}
 	prompt("RUN:echo AFTER_BOUNDARY_5678")
 
-	m := newManager(t, c, manager.WithNotifications(false))
-	caller := manager.Caller{SessionID: parent.ID, Agent: "build"}
+	m := newManager(t, c, asyncagents.WithNotifications(false))
+	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	mark := fmt.Sprint("post-boundary task ", time.Now().UnixNano())
-	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "after compaction", Agent: "general", Fork: true,
+	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "after compaction", Agent: "general", Fork: true,
 		Prompt: mark + "\nQUOTE:AFTER_BOUNDARY_"})
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +314,7 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	if st := task.ForkStats; st == nil || !st.CompactionDetected || st.CompactionIndex < 0 {
 		t.Fatalf("fork stats = %+v", task.ForkStats)
 	}
-	out, err := m.Output(ctx, caller, task.ID, manager.OutputOptions{Block: true, Timeout: 60 * time.Second})
+	out, err := m.Output(ctx, caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: 60 * time.Second})
 	if err != nil || !strings.Contains(out.Task.Result, "AFTER_BOUNDARY_5678") {
 		t.Fatalf("output = %+v, %v", out.Task, err)
 	}
@@ -348,14 +343,14 @@ func TestRealServerCompletionByPollingOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, noEvents{c}, manager.WithPollInterval(200*time.Millisecond), manager.WithNotifications(false))
-	caller := manager.Caller{SessionID: parent.ID}
-	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "polled", Agent: "general", Prompt: "RUN:echo polled-ok"})
+	m := newManager(t, noEvents{c}, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifications(false))
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "polled", Agent: "general", Prompt: "RUN:echo polled-ok"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := m.Output(ctx, caller, task.ID, manager.OutputOptions{Block: true, Timeout: 30 * time.Second})
-	if err != nil || out.Task.Status != manager.StatusCompleted || !strings.Contains(out.Task.Result, "polled-ok") {
+	out, err := m.Output(ctx, caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
+	if err != nil || out.Task.Status != asyncagents.StatusCompleted || !strings.Contains(out.Task.Result, "polled-ok") {
 		t.Fatalf("output = %+v, %v", out.Task, err)
 	}
 }
@@ -369,11 +364,11 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, manager.WithNotifications(false))
-	caller := manager.Caller{SessionID: parent.ID}
-	launch := func(prompt string) manager.Task {
+	m := newManager(t, c, asyncagents.WithNotifications(false))
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	launch := func(prompt string) asyncagents.Task {
 		t.Helper()
-		task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: prompt, Agent: "general", Prompt: prompt})
+		task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: prompt, Agent: "general", Prompt: prompt})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,11 +383,11 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	_ = c.Abort(ctx, own.ID) // OpenCode does not stop a deleted busy session by itself
 	waitFor(t, 15*time.Second, func() bool {
 		tk, err := m.Get(own.ID)
-		return err == nil && tk.Status == manager.StatusCancelled && tk.Error == "session deleted"
+		return err == nil && tk.Status == asyncagents.StatusCancelled && tk.Error == "session deleted"
 	})
 
 	done := launch("RUN:echo fine")
-	if _, err := m.Output(ctx, caller, done.ID, manager.OutputOptions{Block: true, Timeout: 30 * time.Second}); err != nil {
+	if _, err := m.Output(ctx, caller, done.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	running := launch("SLEEP:30")
@@ -404,7 +399,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 		return len(l) == 0
 	})
 	for _, id := range []string{own.ID, done.ID, running.ID} {
-		if _, err := m.Get(id); !errors.Is(err, manager.ErrTaskNotFound) {
+		if _, err := m.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
 			t.Errorf("task %s of a deleted parent still known: %v", id, err)
 		}
 	}
@@ -424,19 +419,19 @@ func TestRealServerPermissionAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, manager.WithNotifications(false))
-	caller := manager.Caller{SessionID: parent.ID}
-	task, err := m.Launch(ctx, manager.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
+	m := newManager(t, c, asyncagents.WithNotifications(false))
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
 		Prompt: "RUN:cat /no/such/file.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got manager.Task
+	var got asyncagents.Task
 	waitFor(t, 20*time.Second, func() bool {
 		got, _ = m.Get(task.ID)
 		return got.Permission != nil
 	})
-	if got.Status != manager.StatusRunning || got.Permission.Permission != "external_directory" || len(got.Permission.Patterns) == 0 {
+	if got.Status != asyncagents.StatusRunning || got.Permission.Permission != "external_directory" || len(got.Permission.Patterns) == 0 {
 		t.Fatalf("task = %+v, permission %+v", got, got.Permission)
 	}
 	cancelled, err := m.Cancel(ctx, caller, task.ID)

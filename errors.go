@@ -1,0 +1,45 @@
+package asyncagents
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/asyncagents/asyncagents/truncate"
+)
+
+// Errors of [Manager] operations and of the tools' handlers. Each is wrapped with the details
+// (the task id, the state, the known agents, …); match with [errors.Is]. An operation that
+// returns one of them has changed no task.
+var (
+	// ErrTaskNotFound: no task of the caller has that id, or it was cleared.
+	ErrTaskNotFound = errors.New("asyncagents: task not found")
+	// ErrAmbiguousID: an id prefix names several of the caller's tasks; the message lists some.
+	ErrAmbiguousID = errors.New("asyncagents: ambiguous task id")
+	// ErrForkResumeConflict: fork and resume were both set.
+	ErrForkResumeConflict = errors.New("asyncagents: fork and resume are mutually exclusive")
+	// ErrInvalidInput: a required field is empty, a value is out of range or malformed, the
+	// caller session does not exist, or a tool's arguments do not match its schema.
+	ErrInvalidInput = errors.New("asyncagents: invalid input")
+	// ErrUnknownAgent: the agent is not one of the server's (GET /agent); the message names
+	// the known ones.
+	ErrUnknownAgent = errors.New("asyncagents: unknown agent")
+	// ErrNotRunning: only a running or resumed task can be cancelled.
+	ErrNotRunning = errors.New("asyncagents: task not running")
+	// ErrTaskBusy: a follow-up was sent to a task that is running or resumed.
+	ErrTaskBusy = errors.New("asyncagents: task busy")
+	// ErrSessionExpired: the task's session no longer exists on the server; start a new task.
+	ErrSessionExpired = errors.New("asyncagents: task session expired")
+	// ErrClosed: the Manager was closed.
+	ErrClosed = errors.New("asyncagents: manager closed")
+)
+
+// maxEcho is how many characters of a caller's value an error message repeats.
+const maxEcho = 64
+
+// echo quotes a caller's value for an error message, cut to maxEcho characters.
+func echo(s string) string {
+	if p, cut := truncate.Prefix(s, maxEcho); cut {
+		return fmt.Sprintf("%q…", p)
+	}
+	return fmt.Sprintf("%q", s)
+}

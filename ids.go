@@ -1,0 +1,44 @@
+package asyncagents
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/asyncagents/asyncagents/manager"
+)
+
+// maxCandidates is how many matching ids an ErrAmbiguousID message names.
+const maxCandidates = 5
+
+// lookup locks m.mu and finds the caller's task id. On success m.mu stays locked for the
+// caller to read the entry, and the caller unlocks; on error it is unlocked.
+func (m *Manager) lookup(caller Caller, id string) (*entry, error) {
+	if err := checkCaller(caller); err != nil {
+		return nil, err
+	}
+	key := strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)
+	if key == "" {
+		return nil, fmt.Errorf("%w: task id is required", ErrInvalidInput)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ids := m.reg.Resolve(caller.SessionID, id, maxCandidates+1)
+	if len(ids) == 1 {
+		return m.tasks[ids[0]], nil
+	}
+	m.mu.Unlock()
+	switch {
+	case len(ids) > 1:
+		more := ""
+		if len(ids) > maxCandidates {
+			ids, more = ids[:maxCandidates], ", …"
+		}
+		return nil, fmt.Errorf("%w: %s matches %s%s; give more of the id", ErrAmbiguousID, echo(id), strings.Join(ids, ", "), more)
+	case len(key) < manager.MinPrefix:
+		return nil, fmt.Errorf("%w: %s (an id prefix needs at least %d characters after %s)", ErrTaskNotFound, echo(id), manager.MinPrefix, manager.SessionPrefix)
+	}
+	return nil, fmt.Errorf("%w: %s", ErrTaskNotFound, echo(id))
+}

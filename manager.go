@@ -1,0 +1,674 @@
+package asyncagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncagents/asyncagents/fork"
+	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// entry is the Manager's record of a task plus the run state that is not stored.
+type entry struct {
+	task Task
+	done chan struct{} // closed when the current run ends or the task is removed
+
+	// Saves of one task are serialized by saveMu and carry the newest version: version
+	// counts changes (under Manager.mu), saved is the version the store has.
+	saveMu  sync.Mutex
+	version uint64
+	saved   uint64
+	removed bool // cleared or taken away with its parent: never saved again
+
+	baseline string    // id of the last message before the run's prompt ("" for a new session)
+	seenBusy bool      // the session went busy during this run
+	sessErr  string    // the last session.error of this run
+	polled   pollState // what the last status poll saw
+	recent   [16]string
+	next     int // ids of tool parts already counted, a ring
+}
+
+type pollState int8
+
+const (
+	pollUnknown pollState = iota
+	pollBusy
+	pollAbsent
+)
+
+// batch counts the tasks of one batch: launched by one parent while another of its tasks
+// was active. Notifications report done/total.
+type batch struct {
+	total  int
+	active int
+}
+
+// Manager runs background tasks in child sessions of an OpenCode server and tracks them
+// until they end. Create one with [New]; it is safe for concurrent use.
+//
+// A Manager owns a constant number of goroutines, whatever the number of tasks: one event
+// subscription (GET /global/event, reconnected with backoff), one status poller, the
+// reconcilers of [WithReconcilers] and one notifier. [Manager.Close] stops them and waits.
+type Manager struct {
+	client opencode.Client
+	cfg    config
+
+	ctx    context.Context // cancelled by Close: ends background I/O
+	cancel context.CancelFunc
+	stop   chan struct{}
+	wg     sync.WaitGroup // the Manager's goroutines
+	ops    sync.WaitGroup // operations that may create or change tasks; Close waits for them
+	close1 sync.Once
+	stop1  sync.Once
+
+	mu      sync.Mutex
+	closed  bool
+	tasks   map[string]*entry
+	reg     manager.Registry
+	batches map[string]*batch // by batch id
+	open    map[string]string // parent → its batch with active tasks
+	rq      map[string]bool   // sessions waiting for a reconcile → the session was seen idle
+	rqOrder []string
+	rqWake  chan struct{}
+	nq      []notice
+	nqWake  chan struct{}
+}
+
+// New returns a Manager that runs tasks on the OpenCode server behind client (usually an
+// [opencode.HTTPClient]), loads the tasks of the store ([WithStore]) and starts its
+// goroutines; call [Manager.Close] to stop them. Loaded tasks that were active are checked
+// against the server at once. It returns an error matching [ErrInvalidInput] for a nil
+// client or a bad option, or the store's Load error.
+func New(client opencode.Client, opts ...Option) (*Manager, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil opencode.Client", ErrInvalidInput)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.pipeline == nil {
+		p, err := fork.New()
+		if err != nil {
+			return nil, err
+		}
+		cfg.pipeline = p
+	}
+	m := &Manager{
+		client:  client,
+		cfg:     cfg,
+		stop:    make(chan struct{}),
+		tasks:   map[string]*entry{},
+		batches: map[string]*batch{},
+		open:    map[string]string{},
+		rq:      map[string]bool{},
+		rqWake:  make(chan struct{}, 1),
+		nqWake:  make(chan struct{}, 1),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	stored, err := cfg.store.Load(m.ctx)
+	if err != nil {
+		m.cancel()
+		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
+	}
+	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
+	for _, t := range stored {
+		if !m.reg.Add(t.ParentSessionID, t.ID) {
+			continue
+		}
+		e := &entry{task: t, done: make(chan struct{})}
+		if t.Status.Terminal() {
+			close(e.done)
+		}
+		m.tasks[t.ID] = e
+		b := m.batchLocked(t.BatchID)
+		b.total++
+		if t.Status.Active() {
+			b.active++
+			m.open[t.ParentSessionID] = t.BatchID
+			m.rq[t.ID] = false
+			m.rqOrder = append(m.rqOrder, t.ID)
+		}
+	}
+	m.start()
+	return m, nil
+}
+
+// Close stops the event subscription, the poller, the reconcilers and the notifier. It
+// first waits for operations in flight (a Launch that created its session records it), then
+// stops the goroutines and waits for them, or until ctx ends (returning ctx.Err(); they
+// still stop). Notifications still queued get one delivery attempt. Tasks keep running on
+// the server and their records stay in the store, so a new Manager on the same store picks
+// them up. Close is idempotent; afterwards every method returns [ErrClosed].
+func (m *Manager) Close(ctx context.Context) error {
+	m.close1.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+	})
+	err := waitCtx(ctx, &m.ops)
+	m.stop1.Do(func() {
+		close(m.stop)
+		m.cancel()
+	})
+	if err != nil {
+		return err
+	}
+	return waitCtx(ctx, &m.wg)
+}
+
+// waitCtx waits for wg or until ctx ends.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// begin registers an operation that Close waits for; it fails with ErrClosed after Close.
+// The caller calls m.ops.Done.
+func (m *Manager) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.ops.Add(1)
+	return nil
+}
+
+func (m *Manager) now() time.Time { return m.cfg.clock.Now() }
+
+// LaunchInput describes a new task for [Manager.Launch].
+type LaunchInput struct {
+	// Caller is the parent: the task's session is created as its child and its
+	// notifications are sent to it. Caller.SessionID is required.
+	Caller Caller
+	// Description is a short label (a few words) shown in lists and notifications; required.
+	Description string
+	// Prompt is the task for the agent; required.
+	Prompt string
+	// Agent names an agent of the server (GET /agent), e.g. "general"; required.
+	Agent string
+	// Fork gives the task the caller session's context: its messages, sliced at the latest
+	// compaction, with old tool results cut and the whole within a character budget (see
+	// package fork), sent before the prompt.
+	Fork bool
+	// Resume must be empty: a follow-up to an existing task is [Manager.Resume]. It exists
+	// so a caller's fork-and-resume request is refused with [ErrForkResumeConflict].
+	Resume string
+	// Model optionally picks the model as "providerID/modelID" (e.g.
+	// "anthropic/claude-sonnet-4"); empty uses the agent's or the server's default.
+	Model string
+}
+
+var sessionIDRE = regexp.MustCompile(`^ses_[A-Za-z0-9]{1,64}$`)
+
+// checkCaller validates the caller's session id without asking the server.
+func checkCaller(c Caller) error {
+	switch {
+	case strings.TrimSpace(c.SessionID) == "":
+		return fmt.Errorf("%w: caller session is required", ErrInvalidInput)
+	case !sessionIDRE.MatchString(c.SessionID):
+		return fmt.Errorf("%w: caller session %s is not an OpenCode session id (ses_…)", ErrInvalidInput, echo(c.SessionID))
+	}
+	return nil
+}
+
+// parseModel splits "providerID/modelID".
+func parseModel(s string) (*opencode.Model, error) {
+	if s == "" {
+		return nil, nil
+	}
+	prov, id, ok := strings.Cut(s, "/")
+	if !ok || strings.TrimSpace(prov) == "" || strings.TrimSpace(id) == "" {
+		return nil, fmt.Errorf("%w: model %s must be providerID/modelID", ErrInvalidInput, echo(s))
+	}
+	return &opencode.Model{ProviderID: prov, ModelID: id}, nil
+}
+
+// Launch starts a task and returns as soon as the server accepted its prompt; it never
+// waits for the model. The returned task is [StatusRunning], with its DisplayID set.
+//
+// Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
+// [ErrInvalidInput] (an empty description, prompt, agent or caller session, a malformed
+// model, or a caller session the server does not know), [ErrUnknownAgent] (the message names
+// the known agents), [ErrClosed]. Then it creates the child session (POST /session with the
+// caller's session as parentID, the title "Background: <description>" or
+// "Background (forked): <description>", and a rule denying the LLM tools unless
+// [WithNesting] is on); for a fork it reads the caller's messages
+// (GET /session/{id}/message), runs the fork pipeline and sends the result as a synthetic
+// part without reply (POST /session/{id}/message with noReply); it records the task and sends
+// the prompt (POST /session/{id}/prompt_async).
+//
+// A failure after the child session exists leaves the task recorded in [StatusError] with
+// the reason, and Launch returns that task with the error (its ID is set); the parent is
+// notified as for any failed task. Errors of the server are returned wrapped (see package
+// opencode).
+func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
+	if in.Fork && in.Resume != "" {
+		return Task{}, fmt.Errorf("%w: use fork to start a new task with the parent's context, resume to continue an existing task", ErrForkResumeConflict)
+	}
+	if in.Resume != "" {
+		return Task{}, fmt.Errorf("%w: resume is not a launch; use Resume to send a follow-up", ErrInvalidInput)
+	}
+	if err := checkCaller(in.Caller); err != nil {
+		return Task{}, err
+	}
+	for _, f := range []struct{ name, v string }{{"description", in.Description}, {"prompt", in.Prompt}, {"agent", in.Agent}} {
+		if strings.TrimSpace(f.v) == "" {
+			return Task{}, fmt.Errorf("%w: %s is required", ErrInvalidInput, f.name)
+		}
+	}
+	model, err := parseModel(in.Model)
+	if err != nil {
+		return Task{}, err
+	}
+	if err := m.begin(); err != nil {
+		return Task{}, err
+	}
+	defer m.ops.Done()
+	if err := m.checkAgent(ctx, in.Agent); err != nil {
+		return Task{}, err
+	}
+
+	var (
+		injection string
+		stats     *fork.Stats
+	)
+	if in.Fork {
+		msgs, err := m.client.Messages(ctx, in.Caller.SessionID, 0)
+		if err != nil {
+			return Task{}, callerErr(in.Caller.SessionID, err)
+		}
+		r := m.cfg.pipeline.Run(msgs)
+		injection, stats = r.Injection(), &r.Stats
+	} else if _, err := m.client.GetSession(ctx, in.Caller.SessionID); err != nil {
+		return Task{}, callerErr(in.Caller.SessionID, err)
+	}
+
+	title := "Background: " + in.Description
+	if in.Fork {
+		title = "Background (forked): " + in.Description
+	}
+	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
+		ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(),
+	})
+	if err != nil {
+		return Task{}, fmt.Errorf("asyncagents: create task session: %w", err)
+	}
+
+	e := &entry{done: make(chan struct{}), task: Task{
+		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
+		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
+		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: StatusRunning,
+		Started: m.now(), Forked: in.Fork, ForkStats: stats,
+	}}
+	m.mu.Lock()
+	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
+		m.mu.Unlock()
+		return Task{}, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
+	}
+	e.task.BatchID = sess.ID
+	if open, ok := m.open[in.Caller.SessionID]; ok {
+		e.task.BatchID = open // joins the batch of the parent's active tasks
+	}
+	m.open[in.Caller.SessionID] = e.task.BatchID
+	b := m.batchLocked(e.task.BatchID)
+	b.total++
+	b.active++
+	m.tasks[sess.ID] = e
+	e.version++
+	m.mu.Unlock()
+	m.persist(e)
+
+	if injection != "" {
+		msg, err := m.client.Prompt(ctx, sess.ID, opencode.PromptRequest{
+			NoReply: true, Agent: in.Agent, Parts: []opencode.TextPartInput{opencode.NewSyntheticText(injection)},
+		})
+		if err != nil {
+			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
+		}
+		m.mu.Lock()
+		e.baseline = msg.Info.ID
+		m.mu.Unlock()
+	}
+	err = m.client.PromptAsync(ctx, sess.ID, opencode.PromptRequest{
+		Agent: in.Agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(in.Prompt)},
+	})
+	if err != nil {
+		return m.failLaunch(e, 0, fmt.Errorf("asyncagents: send prompt: %w", err))
+	}
+	return m.snapshot(e), nil
+}
+
+func (m *Manager) batchLocked(id string) *batch {
+	b := m.batches[id]
+	if b == nil {
+		b = &batch{}
+		m.batches[id] = b
+	}
+	return b
+}
+
+func callerErr(id string, err error) error {
+	if errors.Is(err, opencode.ErrNotFound) {
+		return fmt.Errorf("%w: caller session %s does not exist", ErrInvalidInput, id)
+	}
+	return fmt.Errorf("asyncagents: read caller session %s: %w", id, err)
+}
+
+// failLaunch records a launch failure after the child session exists.
+func (m *Manager) failLaunch(e *entry, rc int, err error) (Task, error) {
+	m.finish(e, rc, StatusError, "", err.Error())
+	return m.snapshot(e), err
+}
+
+// checkAgent verifies the agent against GET /agent (hidden agents do not count).
+func (m *Manager) checkAgent(ctx context.Context, name string) error {
+	agents, err := m.client.Agents(ctx)
+	if err != nil {
+		return fmt.Errorf("asyncagents: list agents: %w", err)
+	}
+	var known []string
+	for _, a := range agents {
+		if a.Hidden {
+			continue
+		}
+		if a.Name == name {
+			return nil
+		}
+		known = append(known, a.Name)
+	}
+	sort.Strings(known)
+	return fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
+}
+
+// childRules are the permission rules of a task session.
+func (m *Manager) childRules() []opencode.PermissionRule {
+	if m.cfg.allowNesting {
+		return nil
+	}
+	return []opencode.PermissionRule{{Permission: m.cfg.toolPrefix + "_*", Pattern: "*", Action: "deny"}}
+}
+
+func (m *Manager) snapshot(e *entry) Task {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.viewLocked(e)
+}
+
+// viewLocked copies a task and sets its display id.
+func (m *Manager) viewLocked(e *entry) Task {
+	t := e.task.clone()
+	t.DisplayID = m.reg.DisplayID(t.ID)
+	return t
+}
+
+// persist saves the newest version of e unless the store has it already or e was removed.
+// Saves of one task never overlap, so an older snapshot never overwrites a newer one.
+func (m *Manager) persist(e *entry) {
+	e.saveMu.Lock()
+	defer e.saveMu.Unlock()
+	m.mu.Lock()
+	if e.removed || e.saved == e.version {
+		m.mu.Unlock()
+		return
+	}
+	snap, v := e.task.clone(), e.version
+	m.mu.Unlock()
+	if err := m.cfg.store.Save(m.ctx, snap); err != nil {
+		m.cfg.logger.Warn("asyncagents: save task", "task", snap.ID, "err", err)
+		return
+	}
+	e.saved = v
+}
+
+// Get returns any task of the Manager, whatever its parent: id is the full task id or the id
+// without "ses_" (prefixes resolve only among a caller's tasks, in the caller's operations).
+// It returns [ErrTaskNotFound] for an unknown id and [ErrClosed] after Close.
+func (m *Manager) Get(id string) (Task, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return Task{}, ErrClosed
+	}
+	if e, ok := m.tasks[manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)]; ok {
+		return m.viewLocked(e), nil
+	}
+	return Task{}, fmt.Errorf("%w: %s", ErrTaskNotFound, echo(id))
+}
+
+// OutputOptions select how [Manager.Output] waits.
+type OutputOptions struct {
+	// Block waits until the task ends or Timeout passes.
+	Block bool
+	// Timeout bounds a blocking wait. Zero means [DefaultOutputTimeout]; more than
+	// [MaxOutputTimeout] is clamped to it; negative is [ErrInvalidInput].
+	Timeout time.Duration
+}
+
+// Output is what [Manager.Output] returns.
+type Output struct {
+	// Task is the task: with its Result when completed, its Error when failed or cancelled,
+	// and its Progress while active.
+	Task Task
+	// TimedOut reports that a blocking wait ended by its timeout while the task was active.
+	TimedOut bool
+}
+
+// Output returns the caller's task id: the full id, the id without "ses_", or a unique
+// prefix of at least 4 characters after "ses_". A completed result is marked retrieved
+// (Task.Retrieved). It reads no messages from the server.
+//
+// With Block it first waits until the task ends, the timeout passes (not an error: TimedOut
+// is set), ctx ends (returning ctx.Err(); nothing changes) or the Manager closes
+// ([ErrClosed]). A task cleared while waited on gives [ErrTaskNotFound]. Other errors:
+// [ErrInvalidInput] (an empty id or caller, a negative timeout), [ErrTaskNotFound],
+// [ErrAmbiguousID].
+func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts OutputOptions) (Output, error) {
+	if opts.Timeout < 0 {
+		return Output{}, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultOutputTimeout
+	}
+	timeout = min(timeout, MaxOutputTimeout)
+	e, err := m.lookup(caller, id)
+	if err != nil {
+		return Output{}, err
+	}
+	done := e.done
+	m.mu.Unlock()
+
+	timedOut := false
+	if opts.Block {
+		select {
+		case <-done:
+		case <-m.cfg.clock.After(timeout):
+			timedOut = true
+		case <-ctx.Done():
+			return Output{}, ctx.Err()
+		case <-m.stop:
+			return Output{}, ErrClosed
+		}
+	}
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return Output{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, e.task.ID)
+	}
+	save := false
+	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+		e.task.Retrieved = m.now()
+		e.version++
+		save = true
+	}
+	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
+	m.mu.Unlock()
+	if save {
+		m.persist(e)
+	}
+	return out, nil
+}
+
+// Cancel aborts the caller's running or resumed task (POST /session/{id}/abort), marks it
+// [StatusCancelled] and notifies the parent. It returns the cancelled task. Errors, each
+// leaving the task unchanged: [ErrNotRunning] for a task in any other state,
+// [ErrInvalidInput], [ErrTaskNotFound], [ErrAmbiguousID], [ErrClosed], and the server's
+// error when the abort request fails.
+func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, error) {
+	if err := m.begin(); err != nil {
+		return Task{}, err
+	}
+	defer m.ops.Done()
+	e, err := m.lookup(caller, id)
+	if err != nil {
+		return Task{}, err
+	}
+	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount
+	m.mu.Unlock()
+	if !st.Active() {
+		return Task{}, fmt.Errorf("%w: only running tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
+	}
+	if err := m.client.Abort(ctx, tid); err != nil {
+		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
+	}
+	m.finish(e, rc, StatusCancelled, "", "cancelled")
+	return m.snapshot(e), nil
+}
+
+// List returns the caller's tasks, newest first, with their DisplayID set; with a status,
+// only the tasks in it. Tasks of other parent sessions are never included. Errors:
+// [ErrInvalidInput] (an unknown status or an empty caller), [ErrClosed].
+func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
+	if status != "" && !status.valid() {
+		return nil, fmt.Errorf("%w: unknown status %s (running, completed, error, cancelled, resumed)", ErrInvalidInput, echo(string(status)))
+	}
+	if err := checkCaller(caller); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	var out []Task
+	for _, id := range slices.Backward(m.reg.Tasks(caller.SessionID)) {
+		if e := m.tasks[id]; status == "" || e.task.Status == status {
+			out = append(out, m.viewLocked(e))
+		}
+	}
+	return out, nil
+}
+
+// ClearResult reports what [Manager.Clear] did.
+type ClearResult struct {
+	Aborted int // active tasks whose sessions were aborted
+	Removed int // tasks removed from the Manager and its store
+}
+
+// Clear aborts the caller's active tasks (POST /session/{id}/abort) and removes all the
+// caller's tasks from the Manager and its store. Tasks of other parents are untouched. An
+// abort that fails is logged and the task is removed all the same; a blocked Output on a
+// removed task returns [ErrTaskNotFound]. Errors: [ErrInvalidInput] (an empty caller),
+// [ErrClosed], or the store's Delete error (the tasks are gone from the Manager).
+func (m *Manager) Clear(ctx context.Context, caller Caller) (ClearResult, error) {
+	if err := checkCaller(caller); err != nil {
+		return ClearResult{}, err
+	}
+	return m.clear(ctx, func(parent string) bool { return parent == caller.SessionID })
+}
+
+// ClearAll aborts every active task and removes every task, whatever its parent: for
+// shutdown and admin use. It works as [Manager.Clear].
+func (m *Manager) ClearAll(ctx context.Context) (ClearResult, error) {
+	return m.clear(ctx, func(string) bool { return true })
+}
+
+func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (ClearResult, error) {
+	if err := m.begin(); err != nil {
+		return ClearResult{}, err
+	}
+	defer m.ops.Done()
+	m.mu.Lock()
+	var active, ids []string
+	var removed []*entry
+	for id, e := range m.tasks {
+		if !match(e.task.ParentSessionID) {
+			continue
+		}
+		if e.task.Status.Active() {
+			active = append(active, id)
+		}
+		ids = append(ids, id)
+		removed = append(removed, e)
+		m.removeLocked(e)
+	}
+	m.mu.Unlock()
+	var res ClearResult
+	for _, id := range active {
+		if err := m.client.Abort(ctx, id); err != nil {
+			m.cfg.logger.Warn("asyncagents: abort on clear", "task", id, "err", err)
+			continue
+		}
+		res.Aborted++
+	}
+	for _, e := range removed { // a barrier: saves in flight land before the delete, later ones see e.removed
+		e.saveMu.Lock()
+		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
+	}
+	res.Removed = len(ids)
+	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
+		return res, fmt.Errorf("asyncagents: delete tasks: %w", err)
+	}
+	return res, nil
+}
+
+// removeLocked forgets a task; a blocked Output on it returns at once.
+func (m *Manager) removeLocked(e *entry) {
+	id := e.task.ID
+	delete(m.tasks, id)
+	delete(m.rq, id)
+	m.reg.Remove(id)
+	e.removed = true
+	if b := m.batches[e.task.BatchID]; b != nil {
+		b.total--
+		if e.task.Status.Active() {
+			b.active--
+		}
+		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
+	}
+	select {
+	case <-e.done:
+	default:
+		close(e.done)
+	}
+}
+
+// closeBatchLocked ends the parent's open batch when it has no active task left, and
+// forgets an empty batch.
+func (m *Manager) closeBatchLocked(parent, id string, b *batch) {
+	if b.active == 0 && m.open[parent] == id {
+		delete(m.open, parent)
+	}
+	if b.total == 0 {
+		delete(m.batches, id)
+	}
+}

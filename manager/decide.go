@@ -1,0 +1,90 @@
+package manager
+
+import (
+	"strings"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// Run is what a task runner knows about a run besides its session's messages.
+type Run struct {
+	// Baseline is the id of the session's last message before the run's prompt; only the
+	// messages after it belong to the run. Empty when the run started the session.
+	Baseline string
+	// SessionError is the message of the last session.error event for the session during
+	// the run ("" for none).
+	SessionError string
+	// Idle reports that the session was seen idle: a session.idle or session.status idle
+	// event, or its absence from GET /session/status.
+	Idle bool
+}
+
+// Outcome says how a run stands.
+type Outcome int8
+
+// Outcomes of [Decide].
+const (
+	Running   Outcome = iota // not decided yet: no reply, or a step is still streaming
+	Completed                // the last assistant message finished without error
+	Failed                   // the run ended with an error
+)
+
+// Verdict is what [Decide] concludes.
+type Verdict struct {
+	Outcome Outcome
+	Result  string // Completed: the final reply's text parts joined by "\n"
+	Error   string // Failed: the error message
+}
+
+// HaltedAfterToolCall is the error of a run whose agent loop stopped after a tool-calls
+// step, which OpenCode does when a permission was rejected.
+const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permission was rejected)"
+
+// Decide reads the end of a run from the latest messages of its session, oldest first
+// (GET /session/{id}/message?limit=N; a handful is enough).
+//
+//   - The last message of the run is the prompt (no reply yet): Running — an early or
+//     duplicate idle is not a completion — unless the session was seen idle after a
+//     session.error (an unknown agent or model: no reply will come), then Failed.
+//   - The last assistant message has an error (a model error, or MessageAbortedError
+//     after an abort): Failed with its message.
+//   - It has no finish or no completion time: Running (the step is streaming).
+//   - It finished with "tool-calls": Running, unless the session is idle: then the loop
+//     halted and the run Failed with [HaltedAfterToolCall].
+//   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
+func Decide(msgs []opencode.Message, run Run) Verdict {
+	start := 0
+	if run.Baseline != "" {
+		for i := range msgs {
+			if msgs[i].Info.ID == run.Baseline {
+				start = i + 1
+			}
+		}
+	}
+	msgs = msgs[start:]
+	if len(msgs) == 0 || msgs[len(msgs)-1].Info.Role != opencode.RoleAssistant {
+		if run.SessionError != "" && run.Idle {
+			return Verdict{Outcome: Failed, Error: run.SessionError}
+		}
+		return Verdict{}
+	}
+	last := &msgs[len(msgs)-1]
+	switch {
+	case last.Info.Error != nil:
+		return Verdict{Outcome: Failed, Error: last.Info.Error.Message()}
+	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
+		return Verdict{}
+	case last.Info.Finish == "tool-calls":
+		if run.Idle {
+			return Verdict{Outcome: Failed, Error: HaltedAfterToolCall}
+		}
+		return Verdict{}
+	}
+	var texts []string
+	for _, p := range last.Parts {
+		if p.Type == opencode.PartText && !p.Ignored {
+			texts = append(texts, p.Text)
+		}
+	}
+	return Verdict{Outcome: Completed, Result: strings.Join(texts, "\n")}
+}

@@ -1,0 +1,136 @@
+package manager
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+func msg(id, role, finish string, completed int64, errName string, texts ...string) opencode.Message {
+	m := opencode.Message{Info: opencode.MessageInfo{ID: id, Role: role, Finish: finish, Time: opencode.MessageTime{Completed: completed}}}
+	if errName != "" {
+		m.Info.Error = &opencode.Error{Name: errName, Data: json.RawMessage(`{"message":"` + errName + ` happened"}`)}
+	}
+	for _, t := range texts {
+		m.Parts = append(m.Parts, opencode.Part{Type: opencode.PartText, Text: t})
+	}
+	return m
+}
+
+// T-6: what a reconcile concludes from the latest messages.
+func TestDecideT6(t *testing.T) {
+	prompt := msg("msg_2", "user", "", 0, "", "task")
+	old := msg("msg_1", "assistant", "stop", 1, "", "old reply")
+	ignored := msg("msg_3", "assistant", "stop", 5, "", "shown")
+	ignored.Parts = append(ignored.Parts, opencode.Part{Type: opencode.PartText, Text: "hidden", Ignored: true})
+	cases := []struct {
+		name string
+		msgs []opencode.Message
+		run  Run
+		want Verdict
+	}{
+		{"early idle: prompt without reply", []opencode.Message{prompt}, Run{Idle: true}, Verdict{}},
+		{"no messages yet", nil, Run{Idle: true}, Verdict{}},
+		{"completed", []opencode.Message{prompt, msg("msg_3", "assistant", "stop", 5, "", "a", "b")}, Run{Idle: true},
+			Verdict{Outcome: Completed, Result: "a\nb"}},
+		{"ignored text parts are not the result", []opencode.Message{prompt, ignored}, Run{Idle: true},
+			Verdict{Outcome: Completed, Result: "shown"}},
+		{"duplicate idle after completion", []opencode.Message{prompt, msg("msg_3", "assistant", "stop", 5, "", "x")}, Run{},
+			Verdict{Outcome: Completed, Result: "x"}},
+		{"model error", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "APIError")}, Run{Idle: true},
+			Verdict{Outcome: Failed, Error: "APIError happened"}},
+		{"aborted", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "MessageAbortedError")}, Run{Idle: true},
+			Verdict{Outcome: Failed, Error: "MessageAbortedError happened"}},
+		{"still streaming", []opencode.Message{prompt, msg("msg_3", "assistant", "", 0, "")}, Run{Idle: true}, Verdict{}},
+		{"between tool steps", []opencode.Message{prompt, msg("msg_3", "assistant", "tool-calls", 5, "")}, Run{}, Verdict{}},
+		{"halted after tool call", []opencode.Message{prompt, msg("msg_3", "assistant", "tool-calls", 5, "")}, Run{Idle: true},
+			Verdict{Outcome: Failed, Error: HaltedAfterToolCall}},
+		{"unknown model: session.error, no reply", []opencode.Message{prompt}, Run{SessionError: "Model not found", Idle: true},
+			Verdict{Outcome: Failed, Error: "Model not found"}},
+		{"session.error before idle", []opencode.Message{prompt}, Run{SessionError: "Model not found"}, Verdict{}},
+		{"resume: old reply before baseline is not the result", []opencode.Message{old, prompt}, Run{Baseline: "msg_1", Idle: true}, Verdict{}},
+		{"resume: prompt not stored yet", []opencode.Message{old}, Run{Baseline: "msg_1", Idle: true}, Verdict{}},
+		{"resume: new reply", []opencode.Message{old, prompt, msg("msg_3", "assistant", "stop", 9, "", "new")}, Run{Baseline: "msg_1", Idle: true},
+			Verdict{Outcome: Completed, Result: "new"}},
+	}
+	for _, tc := range cases {
+		if got := Decide(tc.msgs, tc.run); got != tc.want {
+			t.Errorf("%s: Decide = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// T-1: display ids are the shortest unique prefix with at least 8 characters after ses_,
+// kept up to date as tasks come and go.
+func TestDisplayIDT1(t *testing.T) {
+	var r Registry
+	for _, id := range []string{"ses_abcdefgh2222", "ses_zzzzzzzzzzzz", "ses_abcdefgh1111", "ses_short"} {
+		r.Add("ses_p", id)
+	}
+	r.Add("ses_q", "ses_abcdefgh1112") // another parent's task does not lengthen ses_p's ids
+	want := map[string]string{"ses_abcdefgh1111": "ses_abcdefgh1", "ses_abcdefgh2222": "ses_abcdefgh2",
+		"ses_zzzzzzzzzzzz": "ses_zzzzzzzz", "ses_short": "ses_short", "ses_abcdefgh1112": "ses_abcdefgh", "ses_unknown99": "ses_unknown99"}
+	for id, w := range want {
+		if got := r.DisplayID(id); got != w {
+			t.Errorf("DisplayID(%s) = %s, want %s", id, got, w)
+		}
+	}
+	r.Remove("ses_abcdefgh2222")
+	if got := r.DisplayID("ses_abcdefgh1111"); got != "ses_abcdefgh" {
+		t.Errorf("after removing its neighbour: DisplayID = %s, want ses_abcdefg", got)
+	}
+	if diff := cmp.Diff([]string{"ses_zzzzzzzzzzzz", "ses_abcdefgh1111", "ses_short"}, r.Tasks("ses_p")); diff != "" {
+		t.Errorf("launch order (-want +got):\n%s", diff)
+	}
+}
+
+// T-1: full id, id without ses_, unique prefix of ≥ 4 characters; other parents' tasks never
+// resolve.
+func TestResolveT1(t *testing.T) {
+	var r Registry
+	for _, id := range []string{"ses_abcd1111", "ses_abcd2222", "ses_wxyz0000", "ses_wxyz00001"} {
+		r.Add("ses_p", id)
+	}
+	r.Add("ses_q", "ses_other000")
+	cases := []struct {
+		in    string
+		limit int
+		want  []string
+	}{
+		{"ses_abcd1111", 0, []string{"ses_abcd1111"}},
+		{"abcd2222", 0, []string{"ses_abcd2222"}},
+		{" ses_abcd1 ", 0, []string{"ses_abcd1111"}},
+		{"wxyz0000", 0, []string{"ses_wxyz0000"}}, // an exact id beats a longer id it prefixes
+		{"abcd", 0, []string{"ses_abcd1111", "ses_abcd2222"}},
+		{"abcd", 1, []string{"ses_abcd1111"}},
+		{"abc", 0, nil}, // too short to be a prefix
+		{"", 0, nil},
+		{"ses_", 0, nil},
+		{"ses_other000", 0, nil},
+		{"nope1234", 0, nil},
+	}
+	for _, tc := range cases {
+		if diff := cmp.Diff(tc.want, r.Resolve("ses_p", tc.in, tc.limit)); diff != "" {
+			t.Errorf("Resolve(%q, %d) (-want +got):\n%s", tc.in, tc.limit, diff)
+		}
+	}
+	if got := r.Resolve("ses_nobody", "abcd", 0); got != nil {
+		t.Errorf("unknown parent: %v", got)
+	}
+	if r.Add("ses_q", "ses_abcd1111") {
+		t.Error("Add of a registered id reported true")
+	}
+	if p, ok := r.Remove("ses_other000"); !ok || p != "ses_q" || r.Len("ses_q") != 0 {
+		t.Errorf("Remove = %q %v, Len %d", p, ok, r.Len("ses_q"))
+	}
+	if !slices.Equal(r.Tasks("ses_q"), nil) {
+		t.Error("a parent without tasks still has a family")
+	}
+}

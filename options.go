@@ -1,0 +1,160 @@
+package asyncagents
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/asyncagents/asyncagents/fork"
+)
+
+// Clock tells time for polling, timeouts, backoff and durations. The default is the system
+// clock; tests inject a fake one with [WithClock].
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives the time once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Defaults of the options of [New] and [Manager.Output].
+const (
+	// DefaultPollInterval is how often active tasks are checked with GET /session/status.
+	DefaultPollInterval = 2 * time.Second
+	// DefaultOutputTimeout is how long a blocking Output waits when no timeout is given.
+	DefaultOutputTimeout = 120 * time.Second
+	// MaxOutputTimeout is the longest blocking Output wait; longer timeouts are clamped.
+	MaxOutputTimeout = 600 * time.Second
+	// DefaultToolPrefix starts the names of the LLM tools: asyncagents_task, ….
+	DefaultToolPrefix = "asyncagents"
+	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
+	DefaultReconcilers = 4
+	// DefaultNotifyAttempts is how often a parent notification is tried before it is given up.
+	DefaultNotifyAttempts = 6
+)
+
+// Bounds of the options.
+const (
+	maxReconcilers  = 64
+	maxToolPrefix   = 40
+	minPollInterval = 10 * time.Millisecond
+)
+
+type config struct {
+	clock          Clock
+	poll           time.Duration
+	pipeline       *fork.Pipeline
+	store          Store
+	logger         *slog.Logger
+	toolPrefix     string
+	notify         bool
+	notifyNoReply  bool
+	debugHints     bool
+	allowNesting   bool
+	reconcilers    int
+	notifyAttempts int
+}
+
+func defaultConfig() config {
+	return config{
+		clock:          systemClock{},
+		poll:           DefaultPollInterval,
+		logger:         slog.New(slog.DiscardHandler),
+		toolPrefix:     DefaultToolPrefix,
+		notify:         true,
+		reconcilers:    DefaultReconcilers,
+		notifyAttempts: DefaultNotifyAttempts,
+		store:          &MemoryStore{},
+	}
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (c *config) validate() error {
+	switch {
+	case c.clock == nil:
+		return fmt.Errorf("%w: nil clock", ErrInvalidInput)
+	case c.poll < minPollInterval:
+		return fmt.Errorf("%w: poll interval %v must be at least %v", ErrInvalidInput, c.poll, minPollInterval)
+	case c.logger == nil:
+		return fmt.Errorf("%w: nil logger", ErrInvalidInput)
+	case c.store == nil:
+		return fmt.Errorf("%w: nil store", ErrInvalidInput)
+	case len(c.toolPrefix) > maxToolPrefix || !prefixRE.MatchString(c.toolPrefix):
+		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
+	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
+		return fmt.Errorf("%w: reconcilers %d must be 1 to %d", ErrInvalidInput, c.reconcilers, maxReconcilers)
+	case c.notifyAttempts < 1:
+		return fmt.Errorf("%w: notification attempts %d must be at least 1", ErrInvalidInput, c.notifyAttempts)
+	}
+	return nil
+}
+
+// Option configures a [Manager]; pass options to [New].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithClock sets the clock used for polling, timeouts, backoff and durations. Defaults to
+// the system clock; must not be nil.
+func WithClock(c Clock) Option { return optionFunc(func(cfg *config) { cfg.clock = c }) }
+
+// WithPollInterval sets how often active tasks are checked with GET /session/status, the
+// fallback when events are missed. Defaults to [DefaultPollInterval]; at least 10ms.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.poll = d })
+}
+
+// WithForkPipeline sets the pipeline that builds a forked task's context from the parent's
+// messages. Defaults to the result of [fork.New] with no options; nil keeps the default.
+func WithForkPipeline(p *fork.Pipeline) Option {
+	return optionFunc(func(cfg *config) { cfg.pipeline = p })
+}
+
+// WithStore sets where task records are kept. Defaults to a new [MemoryStore]; must not be
+// nil.
+func WithStore(s Store) Option { return optionFunc(func(cfg *config) { cfg.store = s }) }
+
+// WithLogger sets the logger for background work (reconnects, failed deliveries, recovered
+// panics). Defaults to discarding; must not be nil.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(cfg *config) { cfg.logger = l }) }
+
+// WithToolPrefix sets the prefix of the LLM tool names (prefix_task, prefix_output, …), which
+// the notifications' hints mention and child sessions are denied unless [WithNesting] is on.
+// Defaults to [DefaultToolPrefix]; 1 to 40 letters, digits, _ or -.
+func WithToolPrefix(p string) Option { return optionFunc(func(cfg *config) { cfg.toolPrefix = p }) }
+
+// WithNotifications turns parent notifications on or off. Defaults to on.
+func WithNotifications(on bool) Option { return optionFunc(func(cfg *config) { cfg.notify = on }) }
+
+// WithNotifyNoReply sends notifications with noReply (POST /session/{id}/message), so the
+// parent's model does not take a turn. Defaults to off: notifications are sent with
+// POST /session/{id}/prompt_async and the caller's agent, and the parent answers them.
+func WithNotifyNoReply(on bool) Option {
+	return optionFunc(func(cfg *config) { cfg.notifyNoReply = on })
+}
+
+// WithDebugHints ends the visible part of every notification with " [hint attached]".
+// Defaults to off.
+func WithDebugHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.debugHints = on }) }
+
+// WithNesting lets child sessions call the LLM tools themselves. Defaults to off: children
+// are created with a permission rule that denies "<prefix>_*".
+func WithNesting(on bool) Option { return optionFunc(func(cfg *config) { cfg.allowNesting = on }) }
+
+// WithReconcilers sets how many goroutines read the messages of sessions that went idle.
+// Defaults to [DefaultReconcilers]; 1 to 64.
+func WithReconcilers(n int) Option { return optionFunc(func(cfg *config) { cfg.reconcilers = n }) }
+
+// WithNotifyAttempts sets how often a notification is tried, with backoff from 0.5 s to
+// 15 s, before it is given up and logged. Defaults to [DefaultNotifyAttempts]; at least 1.
+func WithNotifyAttempts(n int) Option {
+	return optionFunc(func(cfg *config) { cfg.notifyAttempts = n })
+}

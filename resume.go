@@ -1,0 +1,92 @@
+package asyncagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// Resume sends a follow-up prompt to the caller's finished task (completed, error or
+// cancelled), in the same session with the same agent, model and permission rules, and
+// returns at once with the task in [StatusResumed] and its ResumeCount incremented. When the
+// reply is done the task is completed (or error) again, and the parent gets a resume
+// notification. Durations count from the resume.
+//
+// It checks the session first (GET /session/{id}) and reads its last message
+// (GET /session/{id}/message?limit=1), then sends the prompt
+// (POST /session/{id}/prompt_async). Errors, each leaving the task unchanged:
+// [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
+// [ErrTaskBusy] (the task is running or resumed), [ErrSessionExpired] (the server no longer
+// has the session), [ErrClosed], or the server's error. A failure to send the prompt leaves
+// the task in [StatusError] with the reason and returns it with the error.
+func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) (Task, error) {
+	if strings.TrimSpace(prompt) == "" {
+		return Task{}, fmt.Errorf("%w: prompt is required to resume a task", ErrInvalidInput)
+	}
+	if err := m.begin(); err != nil {
+		return Task{}, err
+	}
+	defer m.ops.Done()
+	e, err := m.lookup(caller, id)
+	if err != nil {
+		return Task{}, err
+	}
+	tid, st := e.task.ID, e.task.Status
+	m.mu.Unlock()
+	if st.Active() {
+		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
+	}
+
+	if _, err := m.client.GetSession(ctx, tid); err != nil {
+		if errors.Is(err, opencode.ErrNotFound) {
+			return Task{}, fmt.Errorf("%w: session %s was deleted; start a new task", ErrSessionExpired, tid)
+		}
+		return Task{}, fmt.Errorf("asyncagents: check session %s: %w", tid, err)
+	}
+	last, err := m.client.Messages(ctx, tid, 1)
+	if err != nil {
+		return Task{}, fmt.Errorf("asyncagents: read session %s: %w", tid, err)
+	}
+
+	m.mu.Lock()
+	if e.removed || e.task.Status.Active() { // cleared or resumed meanwhile
+		st := e.task.Status
+		m.mu.Unlock()
+		if e.removed {
+			return Task{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, tid)
+		}
+		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
+	}
+	t := &e.task
+	t.Status = StatusResumed
+	t.ResumeCount++
+	t.Started, t.Completed = m.now(), time.Time{}
+	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
+	t.Prompt = prompt
+	e.done = make(chan struct{})
+	e.baseline, e.seenBusy, e.sessErr, e.polled = "", false, "", pollUnknown
+	if len(last) > 0 {
+		e.baseline = last[len(last)-1].Info.ID
+	}
+	m.batchLocked(t.BatchID).active++
+	if _, ok := m.open[t.ParentSessionID]; !ok {
+		m.open[t.ParentSessionID] = t.BatchID
+	}
+	e.version++
+	rc, agent := t.ResumeCount, t.Agent
+	model, _ := parseModel(t.Model) // validated at launch
+	m.mu.Unlock()
+	m.persist(e)
+
+	err = m.client.PromptAsync(ctx, tid, opencode.PromptRequest{
+		Agent: agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(prompt)},
+	})
+	if err != nil {
+		return m.failLaunch(e, rc, fmt.Errorf("asyncagents: send follow-up: %w", err))
+	}
+	return m.snapshot(e), nil
+}

@@ -1,0 +1,128 @@
+package asyncagents
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/asyncagents/asyncagents/fork"
+)
+
+// Status is a task's state.
+type Status string
+
+// Task states. Completed, Error and Cancelled are terminal; Running and Resumed are active.
+const (
+	StatusRunning   Status = "running"   // the task's prompt is being worked on
+	StatusCompleted Status = "completed" // the run finished; Task.Result holds the reply
+	StatusError     Status = "error"     // the run failed; Task.Error says why
+	StatusCancelled Status = "cancelled" // cancelled, or its session was deleted
+	StatusResumed   Status = "resumed"   // a follow-up prompt is being worked on
+)
+
+// Terminal reports whether s is [StatusCompleted], [StatusError] or [StatusCancelled].
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusError || s == StatusCancelled
+}
+
+// Active reports whether s is [StatusRunning] or [StatusResumed].
+func (s Status) Active() bool { return s == StatusRunning || s == StatusResumed }
+
+func (s Status) valid() bool { return s.Terminal() || s.Active() }
+
+// Caller says on whose behalf an operation is made: the parent session (an OpenCode session
+// id, "ses_…"), the message that made the call and the agent that runs there. Tasks belong
+// to the caller's session; the agent is the one the parent's notifications are sent with.
+type Caller struct {
+	SessionID string `json:"sessionID"`
+	MessageID string `json:"messageID,omitempty"`
+	Agent     string `json:"agent,omitempty"`
+}
+
+// Progress counts a task's tool calls, from the message.part.updated events of its session.
+type Progress struct {
+	ToolCalls int            `json:"toolCalls"`
+	Tools     map[string]int `json:"tools,omitempty"`     // calls per tool name
+	LastTools []string       `json:"lastTools,omitempty"` // the last 3 tool names, oldest first
+	Updated   time.Time      `json:"updated,omitzero"`    // when the last call was seen
+}
+
+// PendingPermission is a permission request the task's session waits on (event
+// permission.asked): Permission is the permission or tool name ("bash",
+// "external_directory", …) and Patterns what it asks for.
+type PendingPermission struct {
+	ID         string   `json:"id"`
+	Permission string   `json:"permission"`
+	Patterns   []string `json:"patterns,omitempty"`
+}
+
+// Task is a snapshot of one background task. Its ID is the id of the child session the task
+// runs in. [Manager] methods return copies: changing one changes nothing in the Manager.
+// The JSON form is what a [Store] keeps.
+type Task struct {
+	ID              string             `json:"id"`
+	ParentSessionID string             `json:"parentSessionID"`
+	ParentMessageID string             `json:"parentMessageID,omitempty"`
+	ParentAgent     string             `json:"parentAgent,omitempty"`
+	Directory       string             `json:"directory,omitempty"` // the child session's project directory
+	Description     string             `json:"description"`
+	Prompt          string             `json:"prompt"` // of the current run: the follow-up after a resume
+	Agent           string             `json:"agent"`
+	Model           string             `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
+	Status          Status             `json:"status"`
+	Started         time.Time          `json:"started"`              // of the current run (of the follow-up after a resume)
+	Completed       time.Time          `json:"completed,omitzero"`   // when the current run ended
+	Result          string             `json:"result,omitempty"`     // the final reply's text, when completed
+	Error           string             `json:"error,omitempty"`      // why, when error or cancelled
+	Retrieved       time.Time          `json:"retrieved,omitzero"`   // when Output first returned the result
+	BatchID         string             `json:"batchID"`              // tasks launched while a sibling runs share it
+	ResumeCount     int                `json:"resumeCount"`          // follow-ups sent
+	Forked          bool               `json:"forked"`               // launched with the parent's context
+	Progress        Progress           `json:"progress"`             //
+	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
+	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
+
+	// DisplayID is the shortest prefix of ID that is unique among the parent's tasks and
+	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns
+	// and not stored.
+	DisplayID string `json:"-"`
+}
+
+// Duration returns how long the current run took, or has taken by now when it has not ended.
+func (t *Task) Duration(now time.Time) time.Duration {
+	end := t.Completed
+	if end.IsZero() {
+		end = now
+	}
+	return max(end.Sub(t.Started), 0)
+}
+
+// Markers returns what lists show after a task's id: " (forked)" for a forked task,
+// " (resumed)" for one that was resumed, both in that order, or "".
+func (t *Task) Markers() string {
+	s := ""
+	if t.Forked {
+		s += " (forked)"
+	}
+	if t.ResumeCount > 0 {
+		s += " (resumed)"
+	}
+	return s
+}
+
+// clone returns a deep copy.
+func (t *Task) clone() Task {
+	c := *t
+	c.Progress.Tools = maps.Clone(t.Progress.Tools)
+	c.Progress.LastTools = slices.Clone(t.Progress.LastTools)
+	if t.ForkStats != nil {
+		s := *t.ForkStats
+		c.ForkStats = &s
+	}
+	if t.Permission != nil {
+		p := *t.Permission
+		p.Patterns = slices.Clone(p.Patterns)
+		c.Permission = &p
+	}
+	return c
+}
