@@ -1,22 +1,73 @@
 // Package asyncagents runs sub-agents in the background on an OpenCode server
-// (`opencode serve`) for Go agent hosts.
+// (`opencode serve`), for Go hosts of agents.
 //
-// A host creates a Manager with an opencode.Client and launches tasks on behalf of a
-// parent session: each task runs in its own child session, fresh or forked with the
-// parent's context (package fork), while the parent keeps working. When a task ends the
-// parent session receives a notification (package hints). The host — or the parent's model
-// through the five LLM tools of Tools — reads the output (at once, or blocking with a
-// timeout), resumes a task with a follow-up, cancels it, lists the caller's tasks and
-// clears them.
+// A host creates a [Manager] with an [opencode.Client] and launches tasks on behalf of a
+// parent session: each task runs in a child session of its own — fresh, or forked with the
+// parent's context — while the parent keeps working. When a task ends, the parent session
+// receives a notification: a visible line ("✓ Agent "scan" finished in 12s.") and a hidden
+// hint for its model. The host, or the parent's model through the five LLM tools of
+// [Tools], reads the output (at once, or blocking with a timeout), resumes a task with a
+// follow-up, cancels it, lists the caller's tasks and clears them.
 //
-//	client, _ := opencode.NewHTTPClient("http://127.0.0.1:4096")
-//	m, _ := asyncagents.New(client)
+//	client, err := opencode.NewHTTPClient("http://127.0.0.1:4096")
+//	m, err := asyncagents.New(client)
 //	defer m.Close(ctx)
-//	t, _ := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "scan",
-//		Prompt: "Find the TODOs", Agent: "general", Fork: true})
-//	out, _ := m.Output(ctx, caller, t.ID, asyncagents.OutputOptions{Block: true})
+//	caller := asyncagents.Caller{SessionID: parentID, Agent: "build"}
+//	t, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "find TODOs",
+//		Prompt: "List the TODO comments in the files we read.", Agent: "general", Fork: true})
+//	out, err := m.Output(ctx, caller, t.ID, asyncagents.OutputOptions{Block: true})
 //
-// This package re-exports the task model of package manager and adds the LLM tool set.
-// A Manager is safe for concurrent use; it owns its goroutines and Close stops them.
-// Requirement ids in comments (T-4, F-12, …) refer to the project's SPEC.md.
+// # Tasks
+//
+// A [Task] is identified by its child session's id ("ses_…"). Operations made for a caller
+// accept the full id, the id without "ses_", or a unique prefix of at least 4 characters
+// after "ses_", and only ever see the caller's own tasks. Lists show each task's display id:
+// the shortest unique prefix with at least 8 characters after "ses_".
+//
+// A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
+// Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an
+// ended task, which is [StatusResumed] until that run ends. The end of a run is read from
+// the server's event stream (GET /global/event), with a poll of GET /session/status as the
+// fallback, and confirmed from the session's latest messages.
+//
+// A forked task receives the parent's messages as text before its prompt, after three
+// steps of package fork: only what follows the latest compaction summary, older tool
+// results cut (the newest 5 whole, the next 10 to 3,000 characters, the rest to 500), and
+// the oldest messages dropped to fit 200,000 characters; a preamble tells the child what
+// was cut ([WithForkPipeline] changes these).
+//
+// # Errors
+//
+// Every failed operation returns an error that matches one of the sentinels below with
+// [errors.Is] and leaves every task as it was, except where a row says otherwise. Errors of
+// the server come wrapped and match the errors of package opencode ([opencode.ErrNotFound],
+// [*opencode.APIError]).
+//
+//	operation            errors
+//	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
+//	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent, ErrClosed;
+//	                     after the child session exists, a failure leaves the task in
+//	                     StatusError and returns it with the error
+//	Output               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()
+//	Resume               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrTaskBusy,
+//	                     ErrSessionExpired, ErrClosed; a failure to send the follow-up leaves
+//	                     the task in StatusError
+//	Cancel               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotRunning, ErrClosed
+//	List                 ErrInvalidInput (unknown status, empty caller), ErrClosed
+//	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
+//	                     error (the tasks are removed from the Manager all the same)
+//	Get                  ErrTaskNotFound, ErrClosed
+//	Close                ctx.Err() when ctx ends before the goroutines stopped
+//	Tool handlers        the errors of the operation they call, and ErrInvalidInput for
+//	                     arguments that do not match the tool's schema
+//
+// # Goroutines and panics
+//
+// A Manager is safe for concurrent use. It owns a fixed number of goroutines, whatever the
+// number of tasks, and [Manager.Close] stops them and waits. A panic in one of them — in the
+// [opencode.Client], the [Store] or the Manager itself — does not reach the host: while
+// reading one task's messages it ends that task in [StatusError] with the panic's value and
+// stack; anywhere else it is logged ([WithLogger]) and the goroutine goes on. Methods called
+// by the host run on the host's goroutine and do not recover: a panic in the Client during
+// Launch reaches the caller like any other Go panic.
 package asyncagents
