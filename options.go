@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents/fork"
+	"github.com/asyncagents/asyncagents/hints"
 )
 
 // Clock tells time for polling, timeouts, backoff and durations. The default is the system
@@ -30,8 +31,9 @@ const (
 	DefaultOutputTimeout = 120 * time.Second
 	// MaxOutputTimeout is the longest blocking Output wait; longer timeouts are clamped.
 	MaxOutputTimeout = 600 * time.Second
-	// DefaultToolPrefix starts the names of the LLM tools: asyncagents_task, ….
-	DefaultToolPrefix = "asyncagents"
+	// DefaultToolPrefix ("asyncagents") starts the names of the LLM tools:
+	// asyncagents_task, ….
+	DefaultToolPrefix = hints.DefaultToolPrefix
 	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
 	DefaultReconcilers = 4
 	// DefaultNotifyAttempts is how often a parent notification is tried before it is given up.

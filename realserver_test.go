@@ -175,15 +175,26 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	})
 }
 
+// waitFor checks cond every 50ms until it holds, failing the test after d.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.After(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatal("condition not met in time")
+		case <-tick.C:
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// busy reports whether the server runs session id's agent loop.
+func busy(ctx context.Context, c opencode.Client, id string) bool {
+	st, err := c.SessionStatus(ctx, "")
+	_, ok := st[id]
+	return err == nil && ok
 }
 
 // T-4 validation: nothing is created on bad input.
@@ -266,7 +277,10 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 		t.Errorf("second Cancel = %v", err)
 	}
 	// The abort's MessageAbortedError does not turn cancelled into error.
-	time.Sleep(time.Second)
+	waitFor(t, 15*time.Second, func() bool {
+		msgs, err := c.Messages(ctx, slow.ID, 1)
+		return err == nil && len(msgs) == 1 && msgs[0].Info.Error != nil && !busy(ctx, c, slow.ID)
+	})
 	if tk, _ := m.Get(slow.ID); tk.Status != asyncagents.StatusCancelled {
 		t.Errorf("after abort events: %s", tk.Status)
 	}
@@ -330,7 +344,7 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 // noEvents is the real client with the event stream unavailable.
 type noEvents struct{ *opencode.HTTPClient }
 
-func (noEvents) Events(context.Context) (*opencode.EventStream, error) {
+func (noEvents) Events(context.Context) (opencode.EventStream, error) {
 	return nil, errors.New("event stream disabled for this test")
 }
 
@@ -376,7 +390,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	}
 
 	own := launch("SLEEP:30")
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 15*time.Second, func() bool { return busy(ctx, c, own.ID) })
 	if err := c.DeleteSession(ctx, own.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -403,11 +417,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 			t.Errorf("task %s of a deleted parent still known: %v", id, err)
 		}
 	}
-	waitFor(t, 15*time.Second, func() bool {
-		st, err := c.SessionStatus(ctx, "")
-		_, busy := st[running.ID]
-		return err == nil && !busy
-	})
+	waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, running.ID) })
 }
 
 // T-16: a permission request of a task session shows on the task until it ends.

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,23 +79,36 @@ func decodeMsgs(tb testing.TB, data []byte) []opencode.Message {
 	return msgs
 }
 
-func benchInputs(b *testing.B) map[string][]byte {
-	in := map[string][]byte{"generated-1000": session(1000), "generated-20000": session(20000)}
-	for _, name := range []string{"large.json", "compacted.json"} {
-		if data, err := os.ReadFile(filepath.Join("..", "..", "shared", "fixtures", "opencode-1.18.33", name)); err == nil {
-			in["fixture-"+strings.TrimSuffix(name, ".json")] = data
-		}
+// benchInput is an input of the benchmarks: a generated session, or a shared fixture
+// (skipped, with the reason, when it is missing).
+type benchInput struct {
+	name    string
+	n       int    // messages to generate
+	fixture string // or the file in fixtureDir
+}
+
+var benchInputs = []benchInput{
+	{name: "generated-1000", n: 1000},
+	{name: "generated-20000", n: 20000},
+	{name: "fixture-large", fixture: "large.json"},
+	{name: "fixture-compacted", fixture: "compacted.json"},
+}
+
+func (in benchInput) data(b *testing.B) []byte {
+	if in.fixture != "" {
+		return readFixture(b, in.fixture)
 	}
-	return in
+	return session(in.n)
 }
 
 // BenchmarkPipeline measures P-1 (ns per input byte at 1,000 vs 20,000 messages) and P-2
 // (MB/s after JSON decoding; the bytes are the JSON input's).
 func BenchmarkPipeline(b *testing.B) {
 	p, _ := fork.New()
-	for name, data := range benchInputs(b) {
-		msgs := decodeMsgs(b, data)
-		b.Run(name, func(b *testing.B) {
+	for _, in := range benchInputs {
+		b.Run(in.name, func(b *testing.B) {
+			data := in.data(b)
+			msgs := decodeMsgs(b, data)
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -109,8 +120,9 @@ func BenchmarkPipeline(b *testing.B) {
 
 // BenchmarkDecode measures JSON decoding of the same inputs, reported separately (P-2).
 func BenchmarkDecode(b *testing.B) {
-	for name, data := range benchInputs(b) {
-		b.Run(name, func(b *testing.B) {
+	for _, in := range benchInputs {
+		b.Run(in.name, func(b *testing.B) {
+			data := in.data(b)
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -121,17 +133,51 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// TestGeneratedSessionsRunClean runs the pipeline on a generated session of 1,000 messages
+// decoded from JSON, and on 20,000 messages made of that session twenty times over: the
+// same scale as the benchmarks' largest input, without decoding 135 MB of JSON, which takes
+// half a minute under the race detector. Every generated message shows a block, so blocks
+// dropped for the budget and blocks kept add up to the messages.
 func TestGeneratedSessionsRunClean(t *testing.T) {
-	p, _ := fork.New()
-	for _, n := range []int{1000, 20000} {
-		msgs := decodeMsgs(t, session(n))
-		if len(msgs) != n {
-			t.Fatalf("generated %d messages, want %d", len(msgs), n)
-		}
+	base := decodeMsgs(t, session(1000))
+	if len(base) != 1000 {
+		t.Fatalf("generated %d messages, want 1000", len(base))
+	}
+	large := make([]opencode.Message, 0, 20*len(base))
+	for range 20 {
+		large = append(large, base...)
+	}
+	p, err := fork.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msgs := range [][]opencode.Message{base, large} {
 		r := p.Run(msgs)
-		checkInvariants(t, r, msgs)
-		if r.Stats.RemovedMessages == 0 || r.Stats.TotalChars > fork.DefaultBudget {
-			t.Errorf("n=%d: %+v", n, r.Stats)
+		checkInvariants(t, r, msgs, fork.DefaultBudget)
+		st := r.Stats
+		if st.RemovedMessages == 0 || st.RemovedMessages+st.FinalMessages != len(msgs) {
+			t.Errorf("%d messages: removed %d, kept %d", len(msgs), st.RemovedMessages, st.FinalMessages)
+		}
+		if want := toolResults(msgs) - fork.DefaultWholeResults - fork.DefaultTierTwoResults; st.Tier1 != fork.DefaultWholeResults ||
+			st.Tier2 != fork.DefaultTierTwoResults || st.Tier3 != want {
+			t.Errorf("%d messages: tiers %d/%d/%d, want %d/%d/%d", len(msgs), st.Tier1, st.Tier2, st.Tier3,
+				fork.DefaultWholeResults, fork.DefaultTierTwoResults, want)
+		}
+		if st.TruncatedResults == 0 || st.HeadTailApplied == 0 {
+			t.Errorf("%d messages: %d results cut, %d head+tail", len(msgs), st.TruncatedResults, st.HeadTailApplied)
 		}
 	}
+}
+
+// toolResults counts the tool parts of msgs with a result.
+func toolResults(msgs []opencode.Message) int {
+	n := 0
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if p.State != nil && (p.State.Status == opencode.ToolCompleted || p.State.Status == opencode.ToolError) {
+				n++
+			}
+		}
+	}
+	return n
 }

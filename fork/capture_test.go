@@ -69,20 +69,13 @@ func captureSession(t *testing.T, srv *opencodetest.Server, name string, summari
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		time.Sleep(500 * time.Millisecond) // prune runs in the background after each loop
+		awaitPrune(ctx, t, c, s.ID)
 	}
 	msgs, err := c.Messages(ctx, s.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var compacted int
-	for _, m := range msgs {
-		for _, p := range m.Parts {
-			if p.State != nil && p.State.Time.Compacted != 0 {
-				compacted++
-			}
-		}
-	}
+	compacted := countCompacted(msgs)
 	if _, ok := fork.LatestBoundary(msgs); compacted == 0 || ok != summarize {
 		t.Fatalf("%s: %d pruned outputs, boundary %v", name, compacted, ok)
 	}
@@ -98,6 +91,52 @@ func captureSession(t *testing.T, srv *opencodetest.Server, name string, summari
 	t.Logf("%s: %d messages, %d pruned tool outputs", name, len(msgs), compacted)
 }
 
+// awaitPrune waits until the prune OpenCode runs after a prompt has marked the tool outputs
+// it compacts. OpenCode starts that prune in the background when the prompt's loop ends and
+// reports neither its start nor its end (no event, no status), and the next prompt changes
+// which turns it protects; so this reads the session until the number of compacted outputs
+// is the same on pruneSettleReads reads in a row, one every pruneSettlePoll. It fails the
+// test when ctx ends first.
+func awaitPrune(ctx context.Context, t *testing.T, c *opencode.HTTPClient, sessionID string) {
+	t.Helper()
+	const (
+		pruneSettleReads = 4
+		pruneSettlePoll  = 100 * time.Millisecond
+	)
+	tick := time.NewTicker(pruneSettlePoll)
+	defer tick.Stop()
+	last, same := -1, 0
+	for same < pruneSettleReads {
+		msgs, err := c.Messages(ctx, sessionID, 0)
+		if err != nil {
+			t.Fatalf("await prune: %v", err)
+		}
+		if n := countCompacted(msgs); n == last {
+			same++
+		} else {
+			last, same = n, 1
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("await prune: %v", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// countCompacted counts the tool parts of msgs whose output OpenCode pruned.
+func countCompacted(msgs []opencode.Message) int {
+	n := 0
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if p.State != nil && p.State.Time.Compacted != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 type golden struct {
 	Preamble string     `json:"preamble"`
 	Context  string     `json:"context"`
@@ -105,59 +144,77 @@ type golden struct {
 }
 
 // TestGolden runs the pipeline on captured sessions (ours in testdata, and the shared
-// fixtures when present) with default and small budgets, tail-aware off and on, and
-// compares with testdata/golden/*.json (go test -run TestGolden -update rewrites them).
+// fixtures, skipped by readFixture when absent) with default and small budgets, tail-aware
+// off and on, and compares with testdata/golden/*.json (go test -run TestGolden -update
+// rewrites them).
 func TestGolden(t *testing.T) {
-	inputs := map[string]string{
-		"captured":       filepath.Join("testdata", "captured.json"),
-		"captured-tools": filepath.Join("testdata", "captured-tools.json"),
+	inputs := []struct {
+		name    string
+		fixture string // file in fixtureDir; "" for testdata/<name>.json
+	}{
+		{"captured", ""},
+		{"captured-tools", ""},
+		{"fixture-small", "small.json"},
+		{"fixture-large", "large.json"},
+		{"fixture-compacted", "compacted.json"},
+		{"fixture-errors", "errors.json"},
 	}
-	for _, name := range []string{"small", "large", "compacted", "errors"} {
-		inputs["fixture-"+name] = filepath.Join("..", "..", "shared", "fixtures", "opencode-1.18.33", name+".json")
+	variants := []struct {
+		name   string
+		budget int
+		opts   []fork.Option
+	}{
+		{"default", fork.DefaultBudget, nil},
+		{"tail-aware", fork.DefaultBudget, []fork.Option{fork.WithTailAware(true)}},
+		{"budget-20000", 20_000, nil},
 	}
-	for name, path := range inputs {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			if strings.HasPrefix(name, "fixture-") {
-				continue // shared/ is not beside every checkout
-			}
-			t.Fatal(err)
-		}
-		msgs := decodeMsgs(t, data)
-		for _, v := range []struct {
-			suffix string
-			opts   []fork.Option
-		}{
-			{"default", nil},
-			{"tail-aware", []fork.Option{fork.WithTailAware(true)}},
-			{"budget-20000", []fork.Option{fork.WithBudget(20_000)}},
-		} {
-			t.Run(name+"/"+v.suffix, func(t *testing.T) {
-				r := run(t, msgs, v.opts...)
-				got := golden{r.Preamble, r.Context, r.Stats}
-				file := filepath.Join("testdata", "golden", name+"."+v.suffix+".json")
-				if *update {
-					b, _ := json.MarshalIndent(got, "", " ")
-					if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(file, b, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				b, err := os.ReadFile(file)
-				if err != nil {
-					t.Fatalf("%v (run with -update)", err)
-				}
-				var want golden
-				if err := json.Unmarshal(b, &want); err != nil {
+	for _, in := range inputs {
+		t.Run(in.name, func(t *testing.T) {
+			var data []byte
+			if in.fixture != "" {
+				data = readFixture(t, in.fixture)
+			} else {
+				var err error
+				if data, err = os.ReadFile(filepath.Join("testdata", in.name+".json")); err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Errorf("golden mismatch (-want +got):\n%.3000s", diff)
-				}
-			})
+			}
+			msgs := decodeMsgs(t, data)
+			for _, v := range variants {
+				t.Run(v.name, func(t *testing.T) {
+					r := runBudget(t, v.budget, msgs, v.opts...)
+					checkGolden(t, filepath.Join("testdata", "golden", in.name+"."+v.name+".json"), golden{r.Preamble, r.Context, r.Stats})
+				})
+			}
+		})
+	}
+}
+
+// checkGolden compares got with the golden file, or rewrites the file with -update.
+func checkGolden(t *testing.T, file string, got golden) {
+	t.Helper()
+	if *update {
+		b, err := json.MarshalIndent(got, "", " ")
+		if err != nil {
+			t.Fatal(err)
 		}
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	var want golden
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("golden mismatch (-want +got):\n%.3000s", diff)
 	}
 }

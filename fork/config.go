@@ -5,31 +5,46 @@ import (
 	"fmt"
 )
 
-// Defaults of the pipeline options (SPEC F-6, F-7, F-11, F-13).
+// Defaults of the pipeline options. Limits are in characters (Unicode code points).
 const (
-	DefaultWholeResults   = 5       // newest tool results kept whole (tier 1); must be ≥ 0
-	DefaultTierTwoResults = 10      // next results cut to the tier-2 limit; must be ≥ 0
-	DefaultTierTwoLimit   = 3000    // characters; must be ≥ 0
-	DefaultTierThreeLimit = 500     // characters; must be ≥ 0
-	DefaultBudget         = 200_000 // characters of the whole context; must be ≥ MinBudget
-	MinBudget             = 1000    // the smallest budget accepted
+	// DefaultWholeResults is how many of the newest tool results are kept whole (tier 1).
+	DefaultWholeResults = 5
+	// DefaultTierTwoResults is how many results after those are cut to the tier-2 limit
+	// (tier 2); every older result is in tier 3.
+	DefaultTierTwoResults = 10
+	// DefaultTierTwoLimit is the length a tier-2 result is cut to.
+	DefaultTierTwoLimit = 3000
+	// DefaultTierThreeLimit is the length a tier-3 result is cut to.
+	DefaultTierThreeLimit = 500
+
+	// DefaultParamLimitTier1 is the length a tool call's parameters are cut to when its
+	// result is in tier 1, and for a call that is still pending or running.
+	DefaultParamLimitTier1 = 500
+	// DefaultParamLimitTier2 is the length a tool call's parameters are cut to when its
+	// result is in tier 2.
+	DefaultParamLimitTier2 = 200
+	// DefaultParamLimitTier3 is the length a tool call's parameters are cut to when its
+	// result is in tier 3, and for a call whose result OpenCode compacted.
+	DefaultParamLimitTier3 = 100
+
+	// DefaultNoTruncateTool is the one entry of the default no-truncation list: results
+	// of tools whose name contains it are never cut.
+	DefaultNoTruncateTool = "ask_user_questions"
+
+	// DefaultBudget is the most characters the whole context may have, tags included.
+	DefaultBudget = 200_000
+	// MinBudget is the smallest budget New accepts.
+	MinBudget = 1000
 )
 
-// DefaultParamLimits are the tool-parameter limits in characters for results of tier 1, 2
-// and 3 (SPEC F-11). A pending or running call uses the tier-1 limit, a call whose result
-// was compacted the tier-3 limit.
-var DefaultParamLimits = [3]int{500, 200, 100}
-
-// DefaultNoTruncateTools lists the tools whose results are never cut (SPEC F-7).
-var DefaultNoTruncateTools = []string{"ask_user_questions"}
-
-// ErrInvalidOption is matched by the error New returns for a bad option value.
+// ErrInvalidOption is matched (with [errors.Is]) by the error [New] returns for a bad
+// option value.
 var ErrInvalidOption = errors.New("fork: invalid option")
 
 type config struct {
 	whole, tierTwo         int
 	tierTwoLim, tierThrLim int
-	paramLimits            [3]int
+	paramLimits            [3]int // by tier: 1, 2, 3
 	noTruncate             []string
 	budget                 int
 	tailAware              bool
@@ -41,8 +56,8 @@ func defaultConfig() config {
 		tierTwo:     DefaultTierTwoResults,
 		tierTwoLim:  DefaultTierTwoLimit,
 		tierThrLim:  DefaultTierThreeLimit,
-		paramLimits: DefaultParamLimits,
-		noTruncate:  append([]string(nil), DefaultNoTruncateTools...),
+		paramLimits: [3]int{DefaultParamLimitTier1, DefaultParamLimitTier2, DefaultParamLimitTier3},
+		noTruncate:  []string{DefaultNoTruncateTool},
 		budget:      DefaultBudget,
 	}
 }
@@ -66,48 +81,54 @@ func (c *config) validate() error {
 	return nil
 }
 
-// Option configures a Pipeline.
+// Option configures a [Pipeline]; pass options to [New].
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithTiers sets how many of the newest tool results are kept whole (tier 1, default
-// DefaultWholeResults) and how many after those are cut to the tier-2 limit (default
-// DefaultTierTwoResults); older ones are cut to the tier-3 limit. Both must be ≥ 0.
+// WithTiers sets how many of the newest tool results are kept whole (tier 1; defaults to
+// [DefaultWholeResults]) and how many after those are cut to the tier-2 limit (tier 2;
+// defaults to [DefaultTierTwoResults]); every older result is cut to the tier-3 limit.
+// Both must be ≥ 0.
 func WithTiers(whole, tierTwo int) Option {
 	return optionFunc(func(c *config) { c.whole, c.tierTwo = whole, tierTwo })
 }
 
-// WithTierLimits sets the tier-2 and tier-3 result limits in characters (defaults
-// DefaultTierTwoLimit and DefaultTierThreeLimit). Both must be ≥ 0.
+// WithTierLimits sets the lengths in characters that tier-2 and tier-3 results are cut to
+// (default to [DefaultTierTwoLimit] and [DefaultTierThreeLimit]). Both must be ≥ 0.
 func WithTierLimits(tierTwo, tierThree int) Option {
 	return optionFunc(func(c *config) { c.tierTwoLim, c.tierThrLim = tierTwo, tierThree })
 }
 
-// WithParamLimits sets the tool-parameter limits in characters for tiers 1, 2 and 3
-// (default DefaultParamLimits). All must be ≥ 0.
+// WithParamLimits sets the lengths in characters that a tool call's parameters are cut to
+// when its result is in tier 1, 2 or 3 (default to [DefaultParamLimitTier1],
+// [DefaultParamLimitTier2] and [DefaultParamLimitTier3]). A pending or running call uses
+// the tier-1 limit, a call whose result was compacted the tier-3 limit. All must be ≥ 0.
 func WithParamLimits(tierOne, tierTwo, tierThree int) Option {
 	return optionFunc(func(c *config) { c.paramLimits = [3]int{tierOne, tierTwo, tierThree} })
 }
 
 // WithNoTruncateTools replaces the list of tools whose results are never cut: a tool is
-// exempt when its name contains an entry (default DefaultNoTruncateTools). Entries must not
-// be empty; no names exempts nothing.
+// exempt when its name contains an entry. Defaults to the one entry
+// [DefaultNoTruncateTool]; no names exempts nothing. Entries must not be empty. An exempt
+// result still counts in its tier.
 func WithNoTruncateTools(names ...string) Option {
 	return optionFunc(func(c *config) { c.noTruncate = append([]string(nil), names...) })
 }
 
-// WithBudget sets the character budget of the whole context (default DefaultBudget; at
-// least MinBudget).
+// WithBudget sets the length in characters of the whole context, tags included (defaults
+// to [DefaultBudget]; must be at least [MinBudget]).
 func WithBudget(chars int) Option {
 	return optionFunc(func(c *config) { c.budget = chars })
 }
 
-// WithTailAware turns on tail-aware slicing (SPEC F-4, default off): after a compaction with
-// tail_start_id, the context shows the summary, then the messages from tail_start_id up to
-// the compaction, then the messages after the summary — what OpenCode itself shows the model.
+// WithTailAware turns tail-aware slicing on or off (defaults to off). When the latest
+// compaction names the first message of its tail (tail_start_id), the context shows the
+// summary, then the messages from that one up to the compaction, then the messages after
+// the summary — the order in which OpenCode itself shows them to the model. Off, the tail
+// is dropped with everything else before the summary.
 func WithTailAware(on bool) Option {
 	return optionFunc(func(c *config) { c.tailAware = on })
 }

@@ -10,14 +10,18 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
-// FuzzPipeline (SPEC R): arbitrary message JSON never panics; the output is valid UTF-8,
+// FuzzPipeline (R): arbitrary message JSON never panics; the output is valid UTF-8,
 // never over budget, and its statistics agree with it.
 func FuzzPipeline(f *testing.F) {
 	f.Add([]byte(`[{"info":{"role":"user"},"parts":[{"type":"text","text":"hi"}]}]`), 1000, false)
 	f.Add([]byte(`[{"info":{"role":"user"},"parts":[{"type":"compaction","tail_start_id":"m0"}]},{"info":{"role":"assistant","summary":true},"parts":[{"type":"text","text":"S"}]}]`), 5000, true)
 	f.Add([]byte(`[{"info":{"role":"assistant"},"parts":[{"type":"tool","tool":"bash","state":{"status":"error","input":{"a":"\u00e9"},"error":"Traceback","metadata":{"exit":2},"time":{"compacted":1}}}]}]`), 1200, false)
-	if data, err := os.ReadFile(filepath.Join("..", "..", "shared", "fixtures", "opencode-1.18.33", "small.json")); err == nil {
+	// A real session as a seed when the shared fixtures are there (see readFixture); the
+	// target runs without it.
+	if data, err := os.ReadFile(filepath.Join(fixtureDir, "small.json")); err == nil {
 		f.Add(data, 1000, true)
+	} else {
+		f.Logf("seed corpus without the shared fixture: %v", err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, budget int, tail bool) {
 		var msgs []opencode.Message
@@ -29,11 +33,7 @@ func FuzzPipeline(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := p.Run(msgs)
-		checkInvariants(t, r, msgs)
-		if r.Stats.TotalChars > budget {
-			t.Fatalf("total %d over budget %d", r.Stats.TotalChars, budget)
-		}
+		checkInvariants(t, p.Run(msgs), msgs, budget)
 	})
 }
 

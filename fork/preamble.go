@@ -6,10 +6,11 @@ import (
 )
 
 // Preamble returns the text that tells a forked child how its inherited context was built
-// (SPEC F-16): whether a compaction summary was used, how many tool results are whole or
-// limited to the tier-2 and tier-3 limits, how many of the oldest messages were removed for
-// the budget (or that all were kept), and that it should re-read files when it needs their
-// complete content.
+// from st, the statistics of a [Pipeline.Run] of p: whether a compaction summary was used,
+// how many tool results are whole or limited to the tier-2 and tier-3 limits (with p's
+// limits), how many of the oldest messages were removed to fit p's budget (or that all were
+// kept), and that it should read files or run commands again when it needs their complete
+// content. [Pipeline.Run] sets [Result.Preamble] to it.
 func (p *Pipeline) Preamble(st Stats) string {
 	var b strings.Builder
 	b.WriteString("You are a background task forked from another agent's session. Its conversation so far is " +

@@ -2,17 +2,18 @@ package fork
 
 import "github.com/asyncagents/asyncagents/opencode"
 
-// Boundary is a compaction boundary (SPEC F-1): the index of a compaction marker (a user
-// message with a compaction part) and of its summary (the first later assistant message with
-// summary: true before any later marker). TailStart is the index of the marker's
-// tail_start_id message, or -1 when it has none or it is not before the marker.
+// Boundary is a compaction boundary, as indexes into the messages it was found in. Marker
+// is a user message with a part of type compaction; Summary is its summary, the first later
+// assistant message with "summary": true that comes before any later marker. TailStart is
+// the index of the message the compaction part names as tail_start_id, or -1 when it names
+// none or that message is not before the marker.
 type Boundary struct {
 	Marker, Summary, TailStart int
 }
 
 // LatestBoundary returns the latest compaction boundary of msgs (oldest first), and false
-// when there is none (SPEC F-1, F-2). A later marker without a summary — a compaction that
-// failed or is still running — does not hide an earlier complete boundary.
+// when there is none. A marker without a summary — a compaction that failed or is still
+// running — is not a boundary and does not hide an earlier complete one.
 func LatestBoundary(msgs []opencode.Message) (Boundary, bool) {
 	var (
 		found   Boundary
@@ -52,10 +53,12 @@ func compactionPart(m *opencode.Message) *opencode.Part {
 	return nil
 }
 
-// Slice returns the messages the context is built from (SPEC F-2 … F-4), as pointers into
-// msgs, and the boundary used. Without a boundary every message is returned. With one, the
-// summary and every message after it; tail-aware, the summary, then the tail (tail_start_id
-// up to the marker), then the messages after the summary.
+// Slice returns the messages the context is built from, as pointers into msgs (oldest
+// first), the boundary used and whether there was one (see [LatestBoundary]). Without a
+// boundary every message is returned. With one, the summary and every message after it;
+// the marker and everything before it are dropped. With tailAware and a TailStart, the
+// summary, then msgs[TailStart:Marker], then the messages after the summary — the order in
+// which OpenCode shows them to the model.
 func Slice(msgs []opencode.Message, tailAware bool) ([]*opencode.Message, Boundary, bool) {
 	b, ok := LatestBoundary(msgs)
 	start := 0

@@ -1,5 +1,6 @@
-// Package hints writes the texts of a parent notification (SPEC §4): the visible part a
-// person reads when a background task ends, and the hidden part, sent as a synthetic text
-// part, that guides the parent's model (wait for the other tasks, or read the results).
-// Its functions are pure and safe for concurrent use.
+// Package hints writes the two texts of the message a parent session receives when one of
+// its background tasks ends or a resume of one finishes: the visible part a person reads
+// ([Visible]: outcome, duration, batch progress), and the hidden part, sent as a synthetic
+// text part, that guides the parent's model ([Hidden]: wait for the tasks still running,
+// or read the results). Its functions are pure and safe for concurrent use.
 package hints

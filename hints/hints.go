@@ -6,35 +6,46 @@ import (
 	"time"
 )
 
-// Outcome is what happened to a task, for the visible part of a notification.
+// Outcome is how a task's run (or a resume of it) ended, for the visible part of a
+// notification.
 type Outcome int
 
 // Outcomes.
 const (
-	Completed Outcome = iota // N-1
-	Failed                   // N-2
-	Cancelled                // N-4
+	Completed Outcome = iota // the task finished
+	Failed                   // the task ended with an error
+	Cancelled                // the task was cancelled
 )
 
-// DefaultToolPrefix is the prefix of the LLM tool names the hidden hint mentions.
+// DefaultToolPrefix is the prefix of the tool names the hidden part mentions
+// ("asyncagents_output") when [Hidden] is given an empty prefix.
 const DefaultToolPrefix = "asyncagents"
 
-// Notice describes one terminal transition of a task.
+// Notice describes one terminal transition of a task: a run or a resume that ended.
 type Notice struct {
 	Outcome     Outcome
-	Description string        // the task's description
-	Duration    time.Duration // of the run (of the resume for a resume)
-	Resume      int           // > 0: the notice is for resume number Resume (N-5)
-	Completed   int           // terminal tasks of the batch
+	Description string        // the task's description, quoted in the visible part
+	Duration    time.Duration // of the run, or of the resume for a resume; shown in whole seconds
+	Resume      int           // > 0: the notice is for resume number Resume of the task
+	Completed   int           // tasks of the batch in a terminal state, this one included
 	Total       int           // tasks of the batch
 	Running     int           // tasks of the batch still running
-	DisplayID   string        // the task's display id (N-7)
-	Error       string        // the error message, for Failed (N-9)
-	Permission  string        // a pending permission: tool and patterns (N-9)
+	DisplayID   string        // the task's display id, named in the hidden part
+	Error       string        // the error message, for Failed; "" for none
+	Permission  string        // a permission the task waits for: tool and patterns; "" for none
 }
 
-// Visible returns the visible part of the parent notification (N-1, N-2, N-4, N-5), with
-// " [hint attached]" at the end when debug is set (N-6).
+// Visible returns the visible part of the parent notification, two lines joined by "\n":
+//
+//	✓ **Agent "<description>" finished in <duration>.**     Completed
+//	✗ **Agent "<description>" failed in <duration>.**       Failed
+//	⊘ **Agent "<description>" cancelled after <duration>.** Cancelled
+//	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
+//	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
+//	Task Progress: <Completed>/<Total>
+//
+// The description is quoted as a Go string; the duration is formatted by [Duration].
+// With debug set, " [hint attached]" is added at the end.
 func Visible(n Notice, debug bool) string {
 	var head string
 	d := Duration(n.Duration)
@@ -57,8 +68,24 @@ func Visible(n Notice, debug bool) string {
 	return s
 }
 
-// Hidden returns the hidden (synthetic) guidance for the parent's model (N-7, N-8, N-9).
-// prefix is the tool-name prefix (DefaultToolPrefix when empty).
+// Hidden returns the hidden guidance for the parent's model, lines joined by "\n":
+//
+//	The task failed: <Error>                                   when Error is set
+//	The task is waiting for a permission answer: <Permission>  when Permission is set
+//
+// then, while other tasks of the batch are running (Running > 0):
+//
+//	If you need results immediately, use <prefix>_output(task_id="<DisplayID>").
+//	You can continue working or just say 'waiting' and halt.
+//	WATCH OUT for leftovers, you will likely WANT to wait for all agents to complete.
+//
+// or, when none is:
+//
+//	All <Total> tasks finished.
+//	Use <prefix>_output tools to see agent responses.
+//
+// prefix is the tool-name prefix ([DefaultToolPrefix] when empty); DisplayID is quoted as
+// a Go string.
 func Hidden(n Notice, prefix string) string {
 	if prefix == "" {
 		prefix = DefaultToolPrefix
@@ -83,7 +110,8 @@ func Hidden(n Notice, prefix string) string {
 	return strings.Join(lines, "\n")
 }
 
-// Duration formats d as 12s, 3m 4s or 1h 2m 3s (whole seconds, rounded down).
+// Duration formats d as 12s, 3m 4s or 1h 2m 3s: whole seconds, rounded down; a negative d
+// is 0s.
 func Duration(d time.Duration) string {
 	s := int64(max(d, 0) / time.Second)
 	h, m := s/3600, s/60%60

@@ -5,17 +5,19 @@ import (
 	"unicode/utf8"
 )
 
-// Strategy selects which part of a text survives a cut.
+// Strategy selects which part of a text survives a cut by [Cut].
 type Strategy int
 
 const (
-	// HeadOnly keeps the first limit characters (SPEC F-9).
+	// HeadOnly keeps the first limit characters, for output whose start matters most:
+	// files, listings, search results.
 	HeadOnly Strategy = iota
-	// HeadTail keeps ⌊0.8·limit⌋ characters from the start and ⌊0.2·limit⌋ from the end
-	// (SPEC F-9), for output whose end matters: shell commands, errors, tracebacks.
+	// HeadTail keeps ⌊0.8·limit⌋ characters from the start and ⌊0.2·limit⌋ from the end,
+	// for output whose end matters: shell commands, errors, tracebacks.
 	HeadTail
 )
 
+// String returns "head-only", "head+tail", or "Strategy(n)" for an unknown value.
 func (s Strategy) String() string {
 	switch s {
 	case HeadOnly:
@@ -27,10 +29,11 @@ func (s Strategy) String() string {
 }
 
 // Marker returns the text that stands for n removed characters, without the newlines around
-// it: "...[truncated n chars]...".
+// it: "...[truncated n chars]..." with n in decimal.
 func Marker(n int) string { return "...[truncated " + strconv.Itoa(n) + " chars]..." }
 
-// MarkerLen returns the length in characters of Marker(n).
+// MarkerLen returns the length in characters of [Marker](n) without building it. n must
+// not be negative.
 func MarkerLen(n int) int { return len("...[truncated  chars]...") + digits(n) }
 
 func digits(n int) int {
@@ -44,13 +47,14 @@ func digits(n int) int {
 
 // Cut cuts text to limit characters (runes) with strategy s and reports whether it did.
 // A text of at most limit characters is returned unchanged. A negative limit counts as 0.
-// The result never splits a UTF-8 sequence:
+// For a text of n > limit characters the result is, never splitting a UTF-8 sequence:
 //
 //	HeadOnly: first limit characters + "\n...[truncated N chars]..."           N = n − limit
 //	HeadTail: head + "\n...[truncated N chars]...\n" + tail, with head ⌊0.8·limit⌋ and tail
 //	          ⌊0.2·limit⌋ characters, N = n − head − tail
 //
-// The marker is not counted in limit: the result is longer than limit characters.
+// The newlines and the marker are not counted in limit: a cut result is longer than limit
+// characters.
 func Cut(text string, limit int, s Strategy) (string, bool) {
 	limit = max(limit, 0)
 	if len(text) <= limit { // bytes ≥ characters
@@ -81,8 +85,9 @@ func Prefix(text string, n int) (string, bool) {
 }
 
 // Keep returns the first head and the last tail characters of text joined by
-// "\n...[truncated N chars]...\n", N being the number of characters left out. When head+tail
-// is at least the length of text, text is returned unchanged. Negative counts count as 0.
+// "\n...[truncated N chars]...\n", N being the number of characters left out: the cut of
+// [HeadTail] with counts of the caller's choosing. When head+tail is at least the length of
+// text in characters, text is returned unchanged. Negative counts count as 0.
 func Keep(text string, head, tail int) string {
 	head, tail = max(head, 0), max(tail, 0)
 	if len(text) <= head+tail {

@@ -1,0 +1,70 @@
+package hints_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asyncagents/asyncagents/hints"
+)
+
+// The second of three tasks in a batch finishes after 3 minutes 4 seconds; one is still
+// running.
+func ExampleVisible() {
+	n := hints.Notice{
+		Outcome:     hints.Completed,
+		Description: "scan the logs",
+		Duration:    3*time.Minute + 4*time.Second,
+		Completed:   2,
+		Total:       3,
+		Running:     1,
+		DisplayID:   "ses_abcdef12",
+	}
+	fmt.Println(hints.Visible(n, false))
+	fmt.Println(hints.Visible(n, true)) // debug hints on
+	// Output:
+	// ✓ **Agent "scan the logs" finished in 3m 4s.**
+	// Task Progress: 2/3
+	// ✓ **Agent "scan the logs" finished in 3m 4s.**
+	// Task Progress: 2/3 [hint attached]
+}
+
+// The same notice's hidden part: one task of the batch is still running, so the parent's
+// model is told it may wait.
+func ExampleHidden() {
+	n := hints.Notice{
+		Outcome:     hints.Completed,
+		Description: "scan the logs",
+		Duration:    3*time.Minute + 4*time.Second,
+		Completed:   2,
+		Total:       3,
+		Running:     1,
+		DisplayID:   "ses_abcdef12",
+	}
+	fmt.Println(hints.Hidden(n, ""))
+	// Output:
+	// If you need results immediately, use asyncagents_output(task_id="ses_abcdef12").
+	// You can continue working or just say 'waiting' and halt.
+	// WATCH OUT for leftovers, you will likely WANT to wait for all agents to complete.
+}
+
+// The last task of a batch of three fails: the hidden part carries the error and says that
+// every task has finished.
+func ExampleHidden_lastFailed() {
+	n := hints.Notice{
+		Outcome:     hints.Failed,
+		Description: "migrate the schema",
+		Duration:    12 * time.Second,
+		Completed:   3,
+		Total:       3,
+		DisplayID:   "ses_0123abcd",
+		Error:       "exit status 1",
+	}
+	fmt.Println(hints.Visible(n, false))
+	fmt.Println(hints.Hidden(n, "bg"))
+	// Output:
+	// ✗ **Agent "migrate the schema" failed in 12s.**
+	// Task Progress: 3/3
+	// The task failed: exit status 1
+	// All 3 tasks finished.
+	// Use bg_output tools to see agent responses.
+}
