@@ -1,0 +1,346 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/fakeclock"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// Tests of the Manager on the in-memory OpenCode of opencodetest: races, ordering, panics
+// and timeouts that the real server cannot be made to produce on demand.
+
+func fakeClient(t *testing.T, opts ...opencodetest.FakeOption) *opencodetest.FakeClient {
+	t.Helper()
+	f := opencodetest.NewFakeClient(opts...)
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func fakeParent(t *testing.T, c opencode.Client) asyncagents.Caller {
+	t.Helper()
+	s, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return asyncagents.Caller{SessionID: s.ID, Agent: "build"}
+}
+
+func launch(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, prompt string) asyncagents.Task {
+	t.Helper()
+	task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+func await(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, id string) asyncagents.Task {
+	t.Helper()
+	out, err := m.Output(context.Background(), caller, id, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
+	if err != nil || out.TimedOut {
+		t.Fatalf("Output(%s) = %+v, %v", id, out, err)
+	}
+	return out.Task
+}
+
+// T-18, R: Resume against a task whose run is ending: no data race, and every call either
+// resumes or says the task is busy.
+func TestResumeRacesCompletionT18(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	m := newManager(t, f)
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "first")
+	if err := f.Release(task.ID, opencodetest.Text("one")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, m, caller, task.ID)
+	for round := range 20 {
+		if _, err := m.Resume(context.Background(), caller, task.ID, "again"); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_ = f.Release(task.ID, opencodetest.Text("done"))
+		}()
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				_, err := m.Resume(context.Background(), caller, task.ID, "racing")
+				if err == nil {
+					_ = f.Release(task.ID, opencodetest.Text("raced"))
+					return
+				}
+				if !errors.Is(err, asyncagents.ErrTaskBusy) {
+					t.Errorf("Resume = %v, want nil or ErrTaskBusy", err)
+					return
+				}
+			}
+		}()
+		wg.Wait()
+		await(t, m, caller, task.ID)
+	}
+}
+
+// blockingStore blocks the first Save of a completed, unretrieved task until release is
+// closed.
+type blockingStore struct {
+	asyncagents.MemoryStore
+	once    sync.Once
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Save(ctx context.Context, t asyncagents.Task) error {
+	if t.Status == asyncagents.StatusCompleted && t.Retrieved.IsZero() {
+		s.once.Do(func() {
+			close(s.blocked)
+			<-s.release
+		})
+	}
+	return s.MemoryStore.Save(ctx, t)
+}
+
+// T-19, R: saves of one task never let an older record overwrite a newer one: the record
+// marked retrieved by Output stays the stored one, even when the completion's save is slow.
+func TestStoreSavesInOrderT19(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	store := &blockingStore{blocked: make(chan struct{}), release: make(chan struct{})}
+	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "work")
+	if err := f.Release(task.ID, opencodetest.Text("result")); err != nil {
+		t.Fatal(err)
+	}
+	<-store.blocked // the completion's save is in flight
+	out := make(chan asyncagents.Output, 1)
+	go func() {
+		o, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		out <- o
+	}()
+	select { // Output may wait for the save in flight; give it the chance to overtake
+	case <-out:
+		t.Log("Output returned before the slow save finished")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(store.release)
+	waitFor(t, 10*time.Second, func() bool {
+		stored, _ := store.Load(context.Background())
+		return len(stored) == 1 && !stored[0].Retrieved.IsZero()
+	})
+	stored, _ := store.Load(context.Background())
+	if stored[0].Status != asyncagents.StatusCompleted || stored[0].Result != "result" {
+		t.Errorf("stored = %+v", stored[0])
+	}
+}
+
+// T-14, T-10: a blocked Output on a task that Clear removes returns ErrTaskNotFound.
+func TestOutputOfClearedTaskT14(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	m := newManager(t, f)
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "held")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: time.Minute})
+		errc <- err
+	}()
+	if _, err := m.Clear(context.Background(), caller); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, asyncagents.ErrTaskNotFound) {
+		t.Fatalf("blocked Output after Clear = %v, want ErrTaskNotFound", err)
+	}
+}
+
+// gatedClient holds CreateSession until gate is closed.
+type gatedClient struct {
+	*opencodetest.FakeClient
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (c *gatedClient) CreateSession(ctx context.Context, req opencode.CreateSessionRequest) (*opencode.Session, error) {
+	if req.ParentID != "" {
+		close(c.entered)
+		<-c.gate
+	}
+	return c.FakeClient.CreateSession(ctx, req)
+}
+
+// T-20: a Launch racing Close records the session it created; Close waits for it, and every
+// operation afterwards is ErrClosed (Get included).
+func TestLaunchRacingCloseT20(t *testing.T) {
+	f := fakeClient(t)
+	c := &gatedClient{FakeClient: f, entered: make(chan struct{}), gate: make(chan struct{})}
+	store := &asyncagents.MemoryStore{}
+	m, err := asyncagents.New(c, asyncagents.WithStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := fakeParent(t, f)
+	launched := make(chan asyncagents.Task, 1)
+	go func() {
+		task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "p"})
+		if err != nil {
+			t.Error(err)
+		}
+		launched <- task
+	}()
+	<-c.entered
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a Launch was creating its session", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(c.gate)
+	task := <-launched
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := store.Load(context.Background())
+	if len(stored) != 1 || stored[0].ID != task.ID || task.ID == "" {
+		t.Fatalf("stored %+v, launched %+v", stored, task)
+	}
+	if _, err := m.Get(task.ID); !errors.Is(err, asyncagents.ErrClosed) {
+		t.Errorf("Get after Close = %v", err)
+	}
+	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "p"}); !errors.Is(err, asyncagents.ErrClosed) {
+		t.Errorf("Launch after Close = %v", err)
+	}
+	if _, err := m.List(caller, ""); !errors.Is(err, asyncagents.ErrClosed) {
+		t.Errorf("List after Close = %v", err)
+	}
+}
+
+// panicky panics in the methods named in what, once each.
+type panicky struct {
+	*opencodetest.FakeClient
+	messages, status, events atomic.Bool
+}
+
+func (p *panicky) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	if limit > 0 && p.messages.CompareAndSwap(true, false) {
+		panic("boom in Messages")
+	}
+	return p.FakeClient.Messages(ctx, id, limit)
+}
+
+func (p *panicky) SessionStatus(ctx context.Context, dir string) (map[string]opencode.SessionStatus, error) {
+	if p.status.CompareAndSwap(true, false) {
+		panic("boom in SessionStatus")
+	}
+	return p.FakeClient.SessionStatus(ctx, dir)
+}
+
+func (p *panicky) Events(ctx context.Context) (opencode.EventStream, error) {
+	if p.events.CompareAndSwap(true, false) {
+		panic("boom in Events")
+	}
+	return p.FakeClient.Events(ctx)
+}
+
+// logRecords collects log messages.
+type logRecords struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+func (l *logRecords) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Panic policy: a panic in the Client on a Manager goroutine never reaches the host. While
+// reconciling a task it ends that task in error; elsewhere it is logged and work goes on.
+func TestPanicsInBackgroundWork(t *testing.T) {
+	f := fakeClient(t)
+	p := &panicky{FakeClient: f}
+	p.events.Store(true)
+	p.status.Store(true)
+	logs := &logRecords{}
+	m := newManager(t, p, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPollInterval(20*time.Millisecond))
+	caller := fakeParent(t, f)
+
+	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the event stream") })
+	slow := launch(t, m, caller, "SLEEP:1") // polled while it runs
+	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the status poll") })
+	if ok := await(t, m, caller, slow.ID); ok.Status != asyncagents.StatusCompleted {
+		t.Fatalf("after recovered panics: %+v", ok)
+	}
+
+	p.messages.Store(true)
+	failed := await(t, m, caller, launch(t, m, caller, "RUN:echo boom").ID)
+	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
+		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)
+	}
+}
+
+// T-10: a blocking Output without a timeout waits DefaultOutputTimeout, a longer one is
+// clamped to MaxOutputTimeout, and a timeout is not an error; through the tool, timeout 0 is
+// the default too.
+func TestOutputTimeoutsT10(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	m := newManager(t, f, asyncagents.WithClock(clock))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "held")
+	output := tools(m)["asyncagents_output"]
+	for _, tc := range []struct {
+		args string
+		want time.Duration
+	}{
+		{`{"task_id":"` + task.ID + `","block":true}`, asyncagents.DefaultOutputTimeout},
+		{`{"task_id":"` + task.ID + `","block":true,"timeout":0}`, asyncagents.DefaultOutputTimeout},
+		{`{"task_id":"` + task.ID + `","block":true,"timeout":5000}`, asyncagents.MaxOutputTimeout},
+		{`{"task_id":"` + task.ID + `","block":true,"timeout":1.5}`, 1500 * time.Millisecond},
+	} {
+		done := make(chan string, 1)
+		go func() {
+			out, err := output.Handler(context.Background(), caller, []byte(tc.args))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- out
+		}()
+		stop := make(chan struct{})
+		if !clock.WaitFor(tc.want, stop) {
+			t.Fatal("no timer")
+		}
+		clock.Advance(tc.want)
+		if out := <-done; !strings.Contains(out, "Timed out waiting; the task is still running.") {
+			t.Errorf("%s: %s", tc.args, out)
+		}
+	}
+}
