@@ -63,7 +63,7 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 }
 
 // eventLoop keeps one subscription to the server's events, reconnecting with backoff
-//. After every (re)connect all active tasks are reconciled, so an
+// . After every (re)connect all active tasks are reconciled, so an
 // idle missed while disconnected is not lost.
 func (m *Manager) eventLoop() {
 	b := newBackoff(200*time.Millisecond, 10*time.Second)
@@ -504,7 +504,7 @@ func (m *Manager) sendRecover(ctx context.Context, n notice) (err error) {
 }
 
 // send posts a notification to the parent: a visible text part and a synthetic hint
-//, with prompt_async so the parent takes a turn, or noReply when configured.
+// , with prompt_async so the parent takes a turn, or noReply when configured.
 func (m *Manager) send(ctx context.Context, n notice) error {
 	req := opencode.PromptRequest{
 		Agent: n.agent,
