@@ -62,9 +62,9 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 	return b
 }
 
-// eventLoop keeps one subscription to the server's events, reconnecting with backoff
-// . After every (re)connect all active tasks are reconciled, so an
-// idle missed while disconnected is not lost.
+// eventLoop keeps one subscription to the server's events, reconnecting with backoff.
+// After every (re)connect all active tasks are reconciled, so an idle missed while
+// disconnected is not lost.
 func (m *Manager) eventLoop() {
 	b := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
@@ -503,8 +503,8 @@ func (m *Manager) sendRecover(ctx context.Context, n notice) (err error) {
 	return m.send(ctx, n)
 }
 
-// send posts a notification to the parent: a visible text part and a synthetic hint
-// , with prompt_async so the parent takes a turn, or noReply when configured.
+// send posts a notification to the parent: a visible text part and a synthetic hint,
+// with prompt_async so the parent takes a turn, or noReply when configured.
 func (m *Manager) send(ctx context.Context, n notice) error {
 	req := opencode.PromptRequest{
 		Agent: n.agent,
