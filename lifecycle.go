@@ -131,7 +131,7 @@ func (m *Manager) handle(ev opencode.Event) {
 		if p.Status.Type == "idle" {
 			m.enqueueLocked(e.task.ID, true)
 		} else { // busy or retry: the next poll that finds it absent reads it again
-			e.seenBusy, e.polled = true, pollBusy
+			m.busyLocked(e)
 		}
 	case opencode.EventSessionError:
 		e.sessErr = p.Error.Message()
@@ -149,6 +149,39 @@ func (m *Manager) handle(ev opencode.Event) {
 		e.task.Permission = nil
 		e.version++
 	}
+}
+
+// busyLocked records that the run's session is busy: the poll rechecks it as soon as it
+// is idle again.
+func (m *Manager) busyLocked(e *entry) {
+	e.seenBusy = true
+	e.recheckAt, e.recheckDelay = time.Time{}, 0
+}
+
+// confirmUnfinished decides a run whose session was seen idle while its last step had not
+// finished. If the server still reports the session idle, the step will never finish (the
+// server stopped mid-run: a restart or a crash), unless it finished meanwhile: the messages
+// are read once more to tell.
+func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
+	m.mu.Lock()
+	id, dir := e.task.ID, e.task.Directory
+	m.mu.Unlock()
+	st, err := m.client.SessionStatus(m.ctx, dir)
+	if err != nil {
+		return manager.Verdict{}
+	}
+	if _, busy := st[id]; busy {
+		m.mu.Lock()
+		m.busyLocked(e)
+		m.mu.Unlock()
+		return manager.Verdict{}
+	}
+	msgs, err := m.client.Messages(m.ctx, id, reconcileWindow)
+	if err != nil {
+		return manager.Verdict{}
+	}
+	run.Confirmed = true
+	return manager.Decide(msgs, run)
 }
 
 // progressLocked counts a tool part the first time it is seen.
@@ -244,9 +277,12 @@ func (m *Manager) poll() {
 				continue
 			}
 			if _, busy := st[id]; busy {
-				e.polled, e.seenBusy = pollBusy, true
-			} else if e.polled != pollAbsent {
-				e.polled = pollAbsent
+				m.busyLocked(e)
+			} else if now := m.now(); !now.Before(e.recheckAt) {
+				// Idle and undecided: read it now and again later, less and less often, so
+				// a run that starts late or ends between two polls is never left behind.
+				e.recheckDelay = min(max(2*e.recheckDelay, m.cfg.poll), maxRecheck)
+				e.recheckAt = now.Add(e.recheckDelay)
 				m.enqueueLocked(id, true)
 			}
 		}
@@ -340,13 +376,14 @@ func (m *Manager) reconcile(id string, idle bool) {
 	if err != nil {
 		if m.ctx.Err() == nil {
 			m.cfg.logger.Warn("asyncagents: read task messages", "task", id, "err", err)
-			m.mu.Lock()
-			e.polled = pollUnknown // the next poll reads again
-			m.mu.Unlock()
 		}
-		return
+		return // the poll reads it again
 	}
-	switch v := manager.Decide(msgs, run); v.Outcome {
+	v := manager.Decide(msgs, run)
+	if v.Outcome == manager.Unfinished {
+		v = m.confirmUnfinished(e, run)
+	}
+	switch v.Outcome {
 	case manager.Completed:
 		m.finish(e, rc, StatusCompleted, v.Result, "")
 	case manager.Failed:

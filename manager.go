@@ -28,21 +28,21 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 
-	baseline string    // id of the last message before the run's prompt ("" for a new session)
-	seenBusy bool      // the session went busy during this run
-	sessErr  string    // the last session.error of this run
-	polled   pollState // what the last status poll saw
-	recent   [16]string
-	next     int // ids of tool parts already counted, a ring
+	baseline string // id of the last message before the run's prompt ("" for a new session)
+	seenBusy bool   // the session went busy during this run
+	sessErr  string // the last session.error of this run
+
+	// While the status poll finds the session idle and the run undecided, its messages are
+	// read again at recheckAt, with a delay that doubles up to maxRecheck.
+	recheckAt    time.Time
+	recheckDelay time.Duration
+
+	recent [16]string
+	next   int // ids of tool parts already counted, a ring
 }
 
-type pollState int8
-
-const (
-	pollUnknown pollState = iota
-	pollBusy
-	pollAbsent
-)
+// maxRecheck bounds the delay between two reads of an idle, undecided task's messages.
+const maxRecheck = 30 * time.Second
 
 // batch counts the tasks of one batch: launched by one parent while another of its tasks
 // was active. Notifications report done/total.

@@ -68,7 +68,8 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
 	t.Prompt = prompt
 	e.done = make(chan struct{})
-	e.baseline, e.seenBusy, e.sessErr, e.polled = "", false, "", pollUnknown
+	e.baseline, e.seenBusy, e.sessErr = "", false, ""
+	e.recheckAt, e.recheckDelay = time.Time{}, 0
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
 	}

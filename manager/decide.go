@@ -17,6 +17,9 @@ type Run struct {
 	// Idle reports that the session was seen idle: a session.idle or session.status idle
 	// event, or its absence from GET /session/status.
 	Idle bool
+	// Confirmed reports that GET /session/status, asked after the messages were read, did
+	// not list the session: its agent loop is not running.
+	Confirmed bool
 }
 
 // Outcome says how a run stands.
@@ -24,9 +27,10 @@ type Outcome int8
 
 // Outcomes of [Decide].
 const (
-	Running   Outcome = iota // not decided yet: no reply, or a step is still streaming
-	Completed                // the last assistant message finished without error
-	Failed                   // the run ended with an error
+	Running    Outcome = iota // not decided yet: no reply, or a step is still streaming
+	Completed                 // the last assistant message finished without error
+	Failed                    // the run ended with an error
+	Unfinished                // idle with an unfinished last step: confirm, then decide again
 )
 
 // Verdict is what [Decide] concludes.
@@ -35,6 +39,10 @@ type Verdict struct {
 	Result  string // Completed: the final reply's text parts joined by "\n"
 	Error   string // Failed: the error message
 }
+
+// Interrupted is the error of a run whose session is idle while its last step never
+// finished: the server stopped the agent loop mid-step, as a restart or a crash does.
+const Interrupted = "interrupted: the OpenCode server stopped the run before it finished (a restart or a crash); resume the task to go on"
 
 // HaltedAfterToolCall is the error of a run whose agent loop stopped after a tool-calls
 // step, which OpenCode does when a permission was rejected.
@@ -48,7 +56,10 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     session.error (an unknown agent or model: no reply will come), then Failed.
 //   - The last assistant message has an error (a model error, or MessageAbortedError
 //     after an abort): Failed with its message.
-//   - It has no finish or no completion time: Running (the step is streaming).
+//   - It has no finish or no completion time: Running while the step streams. When the
+//     session was seen idle, Unfinished: the caller confirms with GET /session/status
+//     that the loop is not running, reads the messages again and decides with
+//     Run.Confirmed, which makes a step still unfinished Failed with [Interrupted].
 //   - It finished with "tool-calls": Running, unless the session is idle: then the loop
 //     halted and the run Failed with [HaltedAfterToolCall].
 //   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
@@ -73,6 +84,12 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 	case last.Info.Error != nil:
 		return Verdict{Outcome: Failed, Error: last.Info.Error.Message()}
 	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
+		switch {
+		case run.Idle && run.Confirmed:
+			return Verdict{Outcome: Failed, Error: Interrupted}
+		case run.Idle:
+			return Verdict{Outcome: Unfinished}
+		}
 		return Verdict{}
 	case last.Info.Finish == "tool-calls":
 		if run.Idle {
