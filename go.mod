@@ -9,4 +9,5 @@ require (
 	github.com/tmaxmax/go-sse v0.11.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )

@@ -14,21 +14,33 @@ import (
 	"time"
 )
 
-// Client is what the asyncagents Manager needs from an OpenCode server. HTTPClient
-// implements it for `opencode serve`; tests may substitute an in-memory implementation.
-// Methods that take a directory use it to pick the server instance (empty: the client's
-// default directory).
+// Client is what the asyncagents Manager needs from an OpenCode server. [HTTPClient]
+// implements it for `opencode serve`; opencodetest.FakeClient is an in-memory implementation
+// for tests. Implementations are safe for concurrent use.
+//
+// Errors the server answers with are [*APIError] values; an unknown session matches
+// [ErrNotFound]. Methods that take a directory use it to pick the server instance (empty: the
+// client's default directory).
 type Client interface {
+	// CreateSession creates a session (POST /session).
 	CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error)
+	// GetSession returns a session (GET /session/{id}).
 	GetSession(ctx context.Context, id string) (*Session, error)
-	DeleteSession(ctx context.Context, id string) error
+	// Messages returns the last limit messages of a session, oldest first; 0 means all
+	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
+	// Prompt sends a prompt and waits for the agent loop (POST /session/{id}/message).
 	Prompt(ctx context.Context, sessionID string, req PromptRequest) (*Message, error)
+	// PromptAsync starts the agent loop and returns at once (POST /session/{id}/prompt_async).
 	PromptAsync(ctx context.Context, sessionID string, req PromptRequest) error
+	// Abort stops a session's agent loop (POST /session/{id}/abort).
 	Abort(ctx context.Context, sessionID string) error
+	// SessionStatus returns the sessions of a directory that are not idle (GET /session/status).
 	SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error)
+	// Agents lists the agents (GET /agent).
 	Agents(ctx context.Context) ([]Agent, error)
-	Events(ctx context.Context) (*EventStream, error)
+	// Events subscribes to the server's events (GET /global/event).
+	Events(ctx context.Context) (EventStream, error)
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -69,12 +81,12 @@ func WithDirectory(dir string) ClientOption {
 	return clientOptionFunc(func(c *HTTPClient) { c.directory = dir })
 }
 
-// DefaultStallTimeout is how long an event stream may be silent before EventStream.Next
-// fails with ErrStreamStalled. OpenCode sends server.heartbeat every 10 s.
+// DefaultStallTimeout is how long an event stream of [HTTPClient] may be silent before it
+// ends with [ErrStreamStalled]. OpenCode sends server.heartbeat every 10 s.
 const DefaultStallTimeout = 25 * time.Second
 
 // WithStallTimeout sets how long an event stream may stay silent before it is treated as
-// dead. Defaults to DefaultStallTimeout; must be positive.
+// dead. Defaults to [DefaultStallTimeout]; must be positive.
 func WithStallTimeout(d time.Duration) ClientOption {
 	return clientOptionFunc(func(c *HTTPClient) { c.stall = d })
 }
@@ -162,8 +174,10 @@ func (c *HTTPClient) do(ctx context.Context, method, path string, query url.Valu
 
 func sessionPath(id string, rest string) string { return "/session/" + url.PathEscape(id) + rest }
 
-// CreateSession creates a session (POST /session). A ParentID makes it a child session;
-// a Title avoids OpenCode's extra title-generation model call.
+// CreateSession creates a session (POST /session) in the client's directory and returns it.
+// A ParentID makes it a child session (OpenCode accepts a parent that does not exist); a Title
+// avoids OpenCode's extra title-generation model call on the first prompt; Permission rules
+// are stored on the session and apply to every prompt.
 func (c *HTTPClient) CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error) {
 	var s Session
 	if err := c.do(ctx, http.MethodPost, "/session", nil, req, &s); err != nil {
@@ -172,8 +186,8 @@ func (c *HTTPClient) CreateSession(ctx context.Context, req CreateSessionRequest
 	return &s, nil
 }
 
-// GetSession returns a session (GET /session/{id}); errors.Is(err, ErrNotFound) when it
-// does not exist.
+// GetSession returns a session (GET /session/{id}). An unknown id fails with an [*APIError]
+// matching [ErrNotFound].
 func (c *HTTPClient) GetSession(ctx context.Context, id string) (*Session, error) {
 	var s Session
 	if err := c.do(ctx, http.MethodGet, sessionPath(id, ""), nil, nil, &s); err != nil {
@@ -182,13 +196,15 @@ func (c *HTTPClient) GetSession(ctx context.Context, id string) (*Session, error
 	return &s, nil
 }
 
-// DeleteSession deletes a session and its children (DELETE /session/{id}). OpenCode does
-// not stop a busy session it deletes: Abort first.
+// DeleteSession deletes a session and its children (DELETE /session/{id}); OpenCode emits
+// session.deleted for each. An unknown id matches [ErrNotFound]. OpenCode does not stop a
+// busy session it deletes: Abort first.
 func (c *HTTPClient) DeleteSession(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, sessionPath(id, ""), nil, nil, nil)
 }
 
 // Children returns the child sessions of id, oldest first (GET /session/{id}/children).
+// Forks are not children.
 func (c *HTTPClient) Children(ctx context.Context, id string) ([]Session, error) {
 	var s []Session
 	if err := c.do(ctx, http.MethodGet, sessionPath(id, "/children"), nil, nil, &s); err != nil {
@@ -198,7 +214,8 @@ func (c *HTTPClient) Children(ctx context.Context, id string) ([]Session, error)
 }
 
 // Messages returns a session's messages, oldest first (GET /session/{id}/message). A limit
-// above 0 returns only the last limit messages; 0 returns all of them.
+// above 0 returns only the last limit messages, still oldest first; 0 returns all of them.
+// An unknown session matches [ErrNotFound].
 func (c *HTTPClient) Messages(ctx context.Context, sessionID string, limit int) ([]Message, error) {
 	q := url.Values{}
 	if limit > 0 {
@@ -212,8 +229,11 @@ func (c *HTTPClient) Messages(ctx context.Context, sessionID string, limit int) 
 }
 
 // Prompt sends a prompt and waits (POST /session/{id}/message). OpenCode answers when the
-// whole agent loop is idle, with only the last assistant message; with NoReply it stores
-// the user message, answers at once with it, and the model is not called.
+// whole agent loop is idle, with only the last assistant message (a failed model call is
+// still a success here, with Info.Error set). With NoReply it stores the user message, answers
+// at once with it, and the model is not called. A busy session queues the prompt. An unknown
+// agent or model fails with an [*APIError] of status 500 (UnknownError); an unknown session
+// matches [ErrNotFound]. Cancelling ctx does not stop the run on the server.
 func (c *HTTPClient) Prompt(ctx context.Context, sessionID string, req PromptRequest) (*Message, error) {
 	var m Message
 	if err := c.do(ctx, http.MethodPost, sessionPath(sessionID, "/message"), nil, req, &m); err != nil {
@@ -223,14 +243,18 @@ func (c *HTTPClient) Prompt(ctx context.Context, sessionID string, req PromptReq
 }
 
 // PromptAsync starts the agent loop on a prompt and returns when the server accepted it
-// (POST /session/{id}/prompt_async, HTTP 204). Failures after that (unknown agent or model,
-// model errors) are reported only on the event stream and in the messages.
+// (POST /session/{id}/prompt_async, HTTP 204, within milliseconds). Failures after that are
+// reported only on the event stream and in the messages: an unknown agent gives two
+// session.error events and nothing else (no message, no busy status); an unknown model or a
+// failed model call gives session.error and an idle session. An unknown session matches
+// [ErrNotFound].
 func (c *HTTPClient) PromptAsync(ctx context.Context, sessionID string, req PromptRequest) error {
 	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/prompt_async"), nil, req, nil)
 }
 
 // Abort stops a session's agent loop (POST /session/{id}/abort). OpenCode answers true for
-// any id, busy, idle or unknown.
+// any id, busy, idle or unknown, and emits session.status idle and session.idle for it. The
+// running assistant message ends with the error MessageAbortedError.
 func (c *HTTPClient) Abort(ctx context.Context, sessionID string) error {
 	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/abort"), nil, nil, nil)
 }
@@ -241,8 +265,8 @@ func (c *HTTPClient) Summarize(ctx context.Context, sessionID string, model Mode
 	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/summarize"), nil, model, nil)
 }
 
-// SessionStatus returns the busy and retrying sessions of a directory's instance
-// (GET /session/status); idle sessions are absent. An empty directory means the client's.
+// SessionStatus returns the busy and retrying sessions of a directory's instance, by session
+// id (GET /session/status); idle sessions are absent. An empty directory means the client's.
 func (c *HTTPClient) SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error) {
 	q := url.Values{}
 	if directory != "" {
@@ -255,13 +279,43 @@ func (c *HTTPClient) SessionStatus(ctx context.Context, directory string) (map[s
 	return st, nil
 }
 
-// Agents lists the agents of the client's instance (GET /agent), hidden ones included.
+// Agents lists the agents of the client's instance (GET /agent), hidden ones included. The
+// default set is build and plan (primary), general and explore (subagent), and the hidden
+// compaction, summary and title.
 func (c *HTTPClient) Agents(ctx context.Context) ([]Agent, error) {
 	var a []Agent
 	if err := c.do(ctx, http.MethodGet, "/agent", nil, nil, &a); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// Permissions lists the pending permission requests of a directory's instance (GET
+// /permission). An empty directory means the client's. A session waiting for one stays busy
+// until it is answered with [HTTPClient.ReplyPermission] or the session is aborted (OpenCode
+// keeps listing a request whose session was aborted).
+func (c *HTTPClient) Permissions(ctx context.Context, directory string) ([]Permission, error) {
+	q := url.Values{}
+	if directory != "" {
+		q.Set("directory", directory)
+	}
+	var p []Permission
+	if err := c.do(ctx, http.MethodGet, "/permission", q, nil, &p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ReplyPermission answers a pending permission request (POST /permission/{id}/reply) of a
+// directory's instance (empty: the client's); OpenCode emits permission.replied. A request
+// that is not pending in that instance (answered already, or asked in another directory)
+// fails with an [*APIError] matching [ErrNotFound] (PermissionNotFoundError).
+func (c *HTTPClient) ReplyPermission(ctx context.Context, directory, requestID string, reply PermissionReply) error {
+	q := url.Values{}
+	if directory != "" {
+		q.Set("directory", directory)
+	}
+	return c.do(ctx, http.MethodPost, "/permission/"+url.PathEscape(requestID)+"/reply", q, reply, nil)
 }
 
 // Health checks GET /global/health and returns the server version.

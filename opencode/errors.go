@@ -6,16 +6,18 @@ import (
 	"fmt"
 )
 
-// ErrNotFound is matched (errors.Is) by an *APIError for OpenCode's NotFoundError (HTTP 404),
-// e.g. an unknown session id.
+// ErrNotFound is matched (errors.Is) by an [*APIError] for HTTP 404 or OpenCode's
+// NotFoundError: an unknown session id ("Session not found: ses_…"), or a permission request
+// that is not pending (PermissionNotFoundError).
 var ErrNotFound = errors.New("opencode: not found")
 
-// ErrUnauthorized is matched by an *APIError for HTTP 401 (missing or wrong Basic auth).
+// ErrUnauthorized is matched by an [*APIError] for HTTP 401 (missing or wrong Basic auth).
 var ErrUnauthorized = errors.New("opencode: unauthorized")
 
 // APIError is a non-2xx answer of the OpenCode server. OpenCode uses two body shapes,
 // {"name", "data": {"message"}} and {"_tag", "message"}; Name and Message come from whichever
-// is present, Body keeps the raw body (an empty 401 has neither).
+// is present, Body keeps the raw body (an empty 401 has neither). It matches [ErrNotFound] and
+// [ErrUnauthorized] with errors.Is.
 type APIError struct {
 	Method     string
 	Path       string

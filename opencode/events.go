@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -14,27 +15,32 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 )
 
-// Event types the Manager reacts to. The stream carries many more; they are delivered too.
+// Event types (Event.Type) of OpenCode's stream. The stream carries more; they are delivered
+// too.
 const (
-	EventServerConnected   = "server.connected"
-	EventServerHeartbeat   = "server.heartbeat"
-	EventSessionStatus     = "session.status"
+	EventServerConnected   = "server.connected" // first event of every stream
+	EventServerHeartbeat   = "server.heartbeat" // every 10 s
+	EventSessionCreated    = "session.created"
+	EventSessionUpdated    = "session.updated"
+	EventSessionDeleted    = "session.deleted"
+	EventSessionStatus     = "session.status" // busy, retry or idle
 	EventSessionIdle       = "session.idle"
 	EventSessionError      = "session.error"
-	EventSessionDeleted    = "session.deleted"
 	EventSessionCompacted  = "session.compacted"
 	EventMessageUpdated    = "message.updated"
 	EventMessagePartUpdate = "message.part.updated"
+	EventMessagePartDelta  = "message.part.delta" // streamed text: {messageID, partID, field, delta}
 	EventPermissionAsked   = "permission.asked"
 	EventPermissionReplied = "permission.replied"
 )
 
-// ErrStreamStalled is returned by EventStream.Next when no frame (not even a heartbeat)
-// arrived within the stall timeout; the connection is closed and should be re-opened.
+// ErrStreamStalled ends an [EventStream] of [HTTPClient] when no frame (not even
+// server.heartbeat, which OpenCode sends every 10 s) arrived within the stall timeout; the
+// connection is closed and a new stream should be opened.
 var ErrStreamStalled = errors.New("opencode: event stream stalled")
 
 // Event is one event of the stream. Directory names the instance it came from (empty for
-// server.* events). Properties is kept as received; the accessors decode common shapes.
+// server.* events). Properties is kept as received; [Event.Decode] decodes the common shapes.
 type Event struct {
 	ID         string          `json:"id,omitempty"`
 	Directory  string          `json:"-"`
@@ -72,10 +78,28 @@ func (e *Event) Decode() (EventProperties, error) {
 // up to 50 KB of output plus a 30,000-character preview), so the bound is generous.
 const maxEventSize = 32 << 20
 
-// EventStream reads events from GET /global/event. One goroutine ranges over All; Close may
-// be called from any goroutine and ends that range.
-type EventStream struct {
+// EventStream is a subscription to the server's events, opened by [Client.Events].
+//
+// One goroutine ranges over All, once. The range yields events in the order the server sent
+// them and ends with exactly one error, after which it yields nothing more:
+//
+//   - [io.EOF] when the server closed the stream;
+//   - [ErrStreamStalled] when the stream was silent for longer than its stall timeout;
+//   - an error matching [net.ErrClosed] after Close;
+//   - an error matching the context's error when the context passed to Events was cancelled;
+//   - otherwise the read error.
+//
+// A consumer that stops the range early gets no error. Close may be called from any goroutine,
+// any number of times; it ends a range in progress and releases the connection.
+type EventStream interface {
+	All() iter.Seq2[Event, error]
+	Close() error
+}
+
+// sseStream is the EventStream of HTTPClient: Server-Sent Events read from GET /global/event.
+type sseStream struct {
 	body   io.ReadCloser
+	ctx    context.Context // the caller's context, to report its cancellation
 	cancel context.CancelFunc
 	timer  *time.Timer
 	stall  time.Duration
@@ -86,11 +110,18 @@ type EventStream struct {
 }
 
 // Events opens the server-wide event stream (GET /global/event), which carries the events of
-// every directory instance. The stream ends when ctx is cancelled or Close is called; it
-// fails with ErrStreamStalled after the client's stall timeout without a frame.
-func (c *HTTPClient) Events(ctx context.Context) (*EventStream, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	req, err := c.newRequest(ctx, http.MethodGet, "/global/event", nil, nil)
+// every directory instance; [Event.Directory] names the instance. The first event is
+// server.connected. The stream follows the [EventStream] contract and ends with
+// [ErrStreamStalled] after the client's stall timeout without a frame (see
+// [WithStallTimeout]). Opening it fails with an [*APIError] for a non-200 answer.
+//
+// OpenCode 1.18.33 sends server.connected before the subscription is live: events of the next
+// few tens of milliseconds can be missed. Read the state that matters (GET /session/status,
+// the messages) after subscribing, or wait for an event you caused (Abort of an unknown
+// session id emits session.idle for it) before relying on the stream.
+func (c *HTTPClient) Events(ctx context.Context) (EventStream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	req, err := c.newRequest(sctx, http.MethodGet, "/global/event", nil, nil)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -108,7 +139,7 @@ func (c *HTTPClient) Events(ctx context.Context) (*EventStream, error) {
 		cancel()
 		return nil, newAPIError(http.MethodGet, "/global/event", resp.StatusCode, b)
 	}
-	s := &EventStream{body: resp.Body, cancel: cancel, stall: c.stall}
+	s := &sseStream{body: resp.Body, ctx: ctx, cancel: cancel, stall: c.stall}
 	s.timer = time.AfterFunc(c.stall, func() {
 		s.mu.Lock()
 		s.stalled = true
@@ -118,19 +149,13 @@ func (c *HTTPClient) Events(ctx context.Context) (*EventStream, error) {
 	return s, nil
 }
 
-// All yields the stream's events in order, skipping OpenCode's "sync" frames and frames that
-// are not JSON. It ends with exactly one error: io.EOF when the server closed the stream,
-// ErrStreamStalled after a silence longer than the stall timeout, or the read error (a
-// closed stream or a cancelled context). Range over it once.
-func (s *EventStream) All() iter.Seq2[Event, error] {
+// All yields the stream's events, skipping OpenCode's "sync" frames and frames that are not
+// JSON; see [EventStream] for how it ends.
+func (s *sseStream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		for raw, err := range sse.Read(s.body, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
-			if s.isStalled() {
-				yield(Event{}, ErrStreamStalled)
-				return
-			}
-			if err != nil {
-				yield(Event{}, fmt.Errorf("opencode: event stream: %w", err))
+			if err != nil || s.ended() {
+				yield(Event{}, s.endError(err))
 				return
 			}
 			s.timer.Reset(s.stall)
@@ -142,22 +167,38 @@ func (s *EventStream) All() iter.Seq2[Event, error] {
 				return
 			}
 		}
-		if s.isStalled() {
-			yield(Event{}, ErrStreamStalled)
-			return
-		}
-		yield(Event{}, io.EOF)
+		yield(Event{}, s.endError(io.EOF))
 	}
 }
 
-func (s *EventStream) isStalled() bool {
+// ended reports whether the stream was closed or stalled while a frame was being read.
+func (s *sseStream) ended() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stalled
+	return s.closed || s.stalled
+}
+
+// endError names why the stream ended: Close and a stall take precedence over what the read
+// returned (a closed body or a cancelled request), then the caller's cancelled context.
+func (s *sseStream) endError(readErr error) error {
+	s.mu.Lock()
+	closed, stalled := s.closed, s.stalled
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("opencode: event stream: %w", net.ErrClosed)
+	case stalled:
+		return ErrStreamStalled
+	case s.ctx.Err() != nil:
+		return fmt.Errorf("opencode: event stream: %w", context.Cause(s.ctx))
+	case readErr == nil || errors.Is(readErr, io.EOF):
+		return io.EOF
+	}
+	return fmt.Errorf("opencode: event stream: %w", readErr)
 }
 
 // Close ends the stream and releases the connection. It is idempotent.
-func (s *EventStream) Close() error {
+func (s *sseStream) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -241,14 +241,39 @@ type SessionStatus struct {
 	Next    int64  `json:"next,omitempty"`
 }
 
-// Permission is a pending permission request (GET /permission, event permission.asked).
+// Permission is a pending permission request (GET /permission, the properties of a
+// permission.asked event). Permission names what is asked, e.g. "external_directory" for a
+// tool touching a path outside the project; Patterns are what it applies to
+// (e.g. ["/etc/*"]); Always are the patterns a reply "always" would allow from then on.
 type Permission struct {
-	ID         string          `json:"id"`
+	ID         string          `json:"id"` // "per_…"
 	SessionID  string          `json:"sessionID"`
 	Permission string          `json:"permission"`
 	Patterns   []string        `json:"patterns,omitempty"`
-	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"` // e.g. {"command", "directories", "patterns"}
 	Always     []string        `json:"always,omitempty"`
+	Tool       *PermissionTool `json:"tool,omitempty"`
+}
+
+// PermissionTool names the tool call a permission request holds up.
+type PermissionTool struct {
+	MessageID string `json:"messageID"`
+	CallID    string `json:"callID"`
+}
+
+// Replies to a permission request (PermissionReply.Reply).
+const (
+	ReplyOnce   = "once"   // run this tool call
+	ReplyAlways = "always" // run it and allow the request's Always patterns from now on
+	ReplyReject = "reject" // the tool part ends with status "error"
+)
+
+// PermissionReply is the body of POST /permission/{id}/reply. A reject with a Message passes
+// the message to the model and the agent loop continues; a reject without one stops the loop
+// (the last assistant message keeps finish "tool-calls").
+type PermissionReply struct {
+	Reply   string `json:"reply"`
+	Message string `json:"message,omitempty"`
 }
 
 // TextPartInput is a text part of a prompt. Synthetic parts are shown to the model but

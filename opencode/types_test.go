@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +219,49 @@ func TestEventStreamEOF(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("events = %d", n)
+	}
+}
+
+func TestEventStreamEndsWithClosedOrCancelled(t *testing.T) {
+	ts := sseServer(`{"payload":{"id":"evt_1","type":"server.connected","properties":{}}}`)
+	defer ts.Close()
+	c, err := opencode.NewHTTPClient(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := func(s opencode.EventStream, onFirst func()) error {
+		for _, err := range s.All() {
+			if err != nil {
+				return err
+			}
+			onFirst()
+		}
+		return nil
+	}
+
+	// Close from another goroutine ends a range in progress; Close is idempotent.
+	s, err := c.Events(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	err = end(s, func() { wg.Go(func() { s.Close() }) })
+	wg.Wait()
+	if !errors.Is(err, net.ErrClosed) {
+		t.Errorf("after Close: %v, want net.ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s, err = c.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := end(s, cancel); !errors.Is(err, context.Canceled) {
+		t.Errorf("after cancelling the context: %v, want context.Canceled", err)
 	}
 }

@@ -56,14 +56,14 @@ type ToolCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// Request is one request the model received.
+// Request is one request the model received (from a real server, or made by a FakeClient).
 type Request struct {
 	Kind     Kind
 	Time     time.Time
 	Model    string
 	Messages []ChatMessage
 	Tools    []string // names of the tools offered
-	Body     []byte   // the raw request body
+	Body     []byte   // the raw request body; empty for requests of a FakeClient
 }
 
 // System returns the text of the request's system messages.
@@ -164,14 +164,8 @@ type ScriptFunc func(r *Request) (reply Reply, ok bool)
 // "Scripted title"; compaction requests get a Markdown summary that names how many tool calls
 // the transcript held.
 type Model struct {
-	srv *httptest.Server
-
-	mu       sync.Mutex
-	requests []Request
-	queue    []Reply
-	script   ScriptFunc
-	failures []int
-	seq      int
+	srv    *httptest.Server
+	script script
 }
 
 // NewModel starts a scripted model on a loopback port. Close stops it.
@@ -194,34 +188,92 @@ func (m *Model) Close() {
 }
 
 // Requests returns a copy of the requests received so far, oldest first.
-func (m *Model) Requests() []Request {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]Request(nil), m.requests...)
-}
+func (m *Model) Requests() []Request { return m.script.requestsCopy() }
 
 // Enqueue queues replies for the next chat requests (title and compaction requests are not
 // taken from the queue). Queued replies come before the script and the directives.
-func (m *Model) Enqueue(replies ...Reply) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.queue = append(m.queue, replies...)
-}
+func (m *Model) Enqueue(replies ...Reply) { m.script.enqueue(replies) }
 
-// SetScript sets a function that decides chat replies (nil removes it).
-func (m *Model) SetScript(f ScriptFunc) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.script = f
-}
+// SetScript sets a function that decides chat replies (nil removes it). It is called on the
+// HTTP handler's goroutine, without locks held.
+func (m *Model) SetScript(f ScriptFunc) { m.script.set(f) }
 
 // FailNext makes the next n requests of any kind answer HTTP status.
-func (m *Model) FailNext(n, status int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Model) FailNext(n, status int) { m.script.failNext(n, status) }
+
+// script holds what decides the replies of a Model or a FakeClient: queued replies, a
+// ScriptFunc, injected failures, and the requests seen. Safe for concurrent use.
+type script struct {
+	mu       sync.Mutex
+	requests []Request
+	queue    []Reply
+	fn       ScriptFunc
+	failures []int
+	seq      int
+}
+
+func (s *script) requestsCopy() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+func (s *script) enqueue(replies []Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, replies...)
+}
+
+func (s *script) set(f ScriptFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fn = f
+}
+
+func (s *script) failNext(n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for range n {
-		m.failures = append(m.failures, status)
+		s.failures = append(s.failures, status)
 	}
+}
+
+// decide records the request and picks its reply: an injected failure, the fixed title and
+// compaction answers, a queued reply, the script, then the directives. It returns the
+// request's sequence number (1 for the first).
+func (s *script) decide(req *Request) (Reply, int) {
+	s.mu.Lock()
+	s.requests = append(s.requests, *req)
+	s.seq++
+	seq := s.seq
+	if len(s.failures) > 0 {
+		st := s.failures[0]
+		s.failures = s.failures[1:]
+		s.mu.Unlock()
+		return Fail(st), seq
+	}
+	switch req.Kind {
+	case KindTitle:
+		s.mu.Unlock()
+		return Text("Scripted title"), seq
+	case KindCompaction:
+		s.mu.Unlock()
+		return compactionReply(req), seq
+	}
+	if len(s.queue) > 0 {
+		r := s.queue[0]
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		return r, seq
+	}
+	fn := s.fn
+	s.mu.Unlock()
+	if fn != nil {
+		if r, ok := fn(req); ok {
+			return r, seq
+		}
+	}
+	return Directive(req), seq
 }
 
 func (m *Model) models(w http.ResponseWriter, _ *http.Request) {
@@ -305,59 +357,20 @@ func parseRequest(body []byte) (*Request, error) {
 func (m *Model) chat(w http.ResponseWriter, hr *http.Request) {
 	body, err := io.ReadAll(hr.Body)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError("bad body: "+err.Error(), "invalid_request_error"))
+		writeJSON(w, http.StatusBadRequest, openAIError("bad body: "+err.Error(), "invalid_request_error"))
 		return
 	}
 	req, err := parseRequest(body)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError("bad JSON: "+err.Error(), "invalid_request_error"))
+		writeJSON(w, http.StatusBadRequest, openAIError("bad JSON: "+err.Error(), "invalid_request_error"))
 		return
 	}
-	reply := m.decide(req)
+	reply, seq := m.script.decide(req)
 	if reply.Status >= 400 {
-		kind := "invalid_request_error"
-		if reply.Status >= 500 {
-			kind = "server_error"
-		}
-		writeJSON(w, reply.Status, apiError(fmt.Sprintf("scripted failure (HTTP %d)", reply.Status), kind))
+		writeJSON(w, reply.Status, failureBody(reply.Status))
 		return
 	}
-	m.stream(w, hr, req, reply)
-}
-
-// decide records the request and picks its reply.
-func (m *Model) decide(req *Request) Reply {
-	m.mu.Lock()
-	m.requests = append(m.requests, *req)
-	m.seq++
-	if len(m.failures) > 0 {
-		st := m.failures[0]
-		m.failures = m.failures[1:]
-		m.mu.Unlock()
-		return Fail(st)
-	}
-	switch req.Kind {
-	case KindTitle:
-		m.mu.Unlock()
-		return Text("Scripted title")
-	case KindCompaction:
-		m.mu.Unlock()
-		return compactionReply(req)
-	}
-	if len(m.queue) > 0 {
-		r := m.queue[0]
-		m.queue = m.queue[1:]
-		m.mu.Unlock()
-		return r
-	}
-	script := m.script
-	m.mu.Unlock()
-	if script != nil {
-		if r, ok := script(req); ok {
-			return r
-		}
-	}
-	return Directive(req)
+	m.stream(w, hr, req, reply, seq)
 }
 
 func compactionReply(req *Request) Reply {
@@ -445,14 +458,12 @@ func splitCommands(spec string) []string {
 }
 
 // stream writes reply as an OpenAI chat.completion.chunk stream.
-func (m *Model) stream(w http.ResponseWriter, hr *http.Request, req *Request, reply Reply) {
+func (m *Model) stream(w http.ResponseWriter, hr *http.Request, req *Request, reply Reply, seq int) {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	m.mu.Lock()
-	id := fmt.Sprintf("chatcmpl-%d", m.seq)
-	m.mu.Unlock()
+	id := fmt.Sprintf("chatcmpl-%d", seq)
 	created := time.Now().Unix()
 	send := func(delta map[string]any, finish any, usage any) bool {
 		chunk := map[string]any{
@@ -522,8 +533,20 @@ func (m *Model) stream(w http.ResponseWriter, hr *http.Request, req *Request, re
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
-func apiError(msg, kind string) map[string]any {
+func openAIError(msg, kind string) map[string]any {
 	return map[string]any{"error": map[string]any{"message": msg, "type": kind, "code": "scripted"}}
+}
+
+// failureMessage is the error message of a scripted failure with HTTP status.
+func failureMessage(status int) string { return fmt.Sprintf("scripted failure (HTTP %d)", status) }
+
+// failureBody is the JSON body of a scripted failure with HTTP status.
+func failureBody(status int) map[string]any {
+	kind := "invalid_request_error"
+	if status >= 500 {
+		kind = "server_error"
+	}
+	return openAIError(failureMessage(status), kind)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +16,10 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+// shared is the real server the package's tests share, started on first use.
+var shared opencodetest.Shared
+
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
 
 func req(msgs ...opencodetest.ChatMessage) *opencodetest.Request {
 	return &opencodetest.Request{Messages: msgs}
@@ -86,8 +88,6 @@ func TestModelStreamsChunksAndRecords(t *testing.T) {
 	}
 }
 
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
-
 // Close stops the process group; the server's files stay inside its own folders.
 func TestServerCloseAndIsolation(t *testing.T) {
 	srv, err := opencodetest.NewServer(context.Background(), opencodetest.WithFiles(map[string]string{"sub/a.txt": "A"}))
@@ -110,20 +110,33 @@ func TestServerCloseAndIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stream, err := c.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
 	// A long-running tool: its shell is a child in the server's process group.
 	if err := c.PromptAsync(ctx, s.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:sleep 60")}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	for ev, err := range stream.All() {
+		if err != nil {
+			t.Fatalf("waiting for the bash tool to run: %v", err)
+		}
+		if p, _ := ev.Decode(); ev.Type == opencode.EventMessagePartUpdate && p.SessionID == s.ID && p.Part != nil &&
+			p.Part.Type == opencode.PartTool && p.Part.State.Status == opencode.ToolRunning {
+			break
+		}
+	}
 	if _, err := os.Stat(filepath.Join(srv.Home, ".local", "share", "opencode")); err != nil {
 		t.Errorf("no data under the isolated HOME: %v", err)
 	}
 	pid := srv.PID()
 	srv.Close()
-	if alive(pid) {
+	if processAlive(pid) {
 		t.Errorf("server process %d still alive after Close", pid)
 	}
-	if err := syscall.Kill(-pid, 0); err == nil {
+	if groupAlive(pid) {
 		t.Errorf("process group %d still has members after Close", pid)
 	}
 	if _, err := os.Stat(srv.Directory); !os.IsNotExist(err) {

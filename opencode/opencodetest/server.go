@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -132,8 +131,8 @@ type Server struct {
 var listenLine = regexp.MustCompile(`listening on (http://[0-9.:\[\]a-z]+)`)
 
 // NewServer starts `opencode serve` and waits until it answers GET /global/health. It returns
-// ErrNoBinary (wrapped) when the binary is missing. The server and its children run in their
-// own process group, which Close signals.
+// [ErrNoBinary] (wrapped) when the binary is missing. On Unix the server and its children run
+// in their own process group, which Close signals.
 func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err error) {
 	cfg := &serverConfig{config: map[string]any{}, files: map[string]string{}, startTimeout: 60 * time.Second}
 	for _, o := range opts {
@@ -172,7 +171,7 @@ func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err erro
 	s.cmd.Env = s.environ()
 	s.cmd.Stdout = s.logs
 	s.cmd.Stderr = s.logs
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	startOwnGroup(s.cmd)
 	s.cmd.WaitDelay = 2 * time.Second
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("opencodetest: start %s: %w", bin, err)
@@ -300,7 +299,8 @@ func (s *Server) Client(opts ...opencode.ClientOption) *opencode.HTTPClient {
 	return c
 }
 
-// PID returns the server's process id, which is also its process group id.
+// PID returns the server's process id. On Unix it is also the id of the server's process
+// group.
 func (s *Server) PID() int {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return 0
@@ -311,21 +311,22 @@ func (s *Server) PID() int {
 // Logs returns what the server printed so far (stdout and stderr).
 func (s *Server) Logs() string { return s.logs.String() }
 
-// Close stops the server's process group (SIGTERM, then SIGKILL after 5 s), waits for it,
-// closes the model it created and removes the folders it created. It is idempotent.
+// Close stops the server's process group (SIGTERM, then SIGKILL after 5 s; on Windows it
+// kills the server process), waits for it, closes the model it created and removes the
+// folders it created. It is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		if s.cmd != nil && s.cmd.Process != nil {
-			pgid := s.cmd.Process.Pid
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			p := s.cmd.Process
+			_ = terminateGroup(p)
 			select {
 			case <-s.exited:
 			case <-time.After(5 * time.Second):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				_ = killGroup(p)
 				<-s.exited
 			}
 			// Children that ignored SIGTERM (a tool's shell) go with the group.
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = killGroup(p)
 		}
 		if s.ownModel && s.Model != nil {
 			s.Model.Close()

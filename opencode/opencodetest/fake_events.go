@@ -1,0 +1,135 @@
+package opencodetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"sync"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// fakeStream is the opencode.EventStream of a FakeClient: an unbounded queue of events the
+// fake appends to, read by one goroutine. It starts no goroutine.
+type fakeStream struct {
+	f    *FakeClient
+	ctx  context.Context
+	wake chan struct{} // one pending wake-up
+
+	mu     sync.Mutex
+	queue  []opencode.Event
+	end    error // set when the fake ended the stream; queued events are delivered first
+	closed bool
+}
+
+var _ opencode.EventStream = (*fakeStream)(nil)
+
+func (s *fakeStream) push(ev opencode.Event) {
+	s.mu.Lock()
+	if s.end == nil && !s.closed {
+		s.queue = append(s.queue, ev)
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+// finish ends the stream with err after the events already queued.
+func (s *fakeStream) finish(err error) {
+	s.mu.Lock()
+	if s.end == nil {
+		s.end = err
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+func (s *fakeStream) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// All yields the queued events as they come and ends as opencode.EventStream says: io.EOF
+// when the fake dropped the stream or was closed, net.ErrClosed after Close, or the
+// context's error.
+func (s *fakeStream) All() iter.Seq2[opencode.Event, error] {
+	return func(yield func(opencode.Event, error) bool) {
+		for {
+			s.mu.Lock()
+			switch {
+			case s.closed:
+				s.mu.Unlock()
+				yield(opencode.Event{}, fmt.Errorf("opencodetest: event stream: %w", net.ErrClosed))
+				return
+			case len(s.queue) > 0:
+				ev := s.queue[0]
+				s.queue = s.queue[1:]
+				s.mu.Unlock()
+				if !yield(ev, nil) {
+					return
+				}
+				continue
+			case s.end != nil:
+				err := s.end
+				s.mu.Unlock()
+				yield(opencode.Event{}, err)
+				return
+			}
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-s.ctx.Done():
+				s.f.removeStream(s)
+				yield(opencode.Event{}, fmt.Errorf("opencodetest: event stream: %w", context.Cause(s.ctx)))
+				return
+			}
+		}
+	}
+}
+
+// Close ends the stream; a range in progress ends with an error matching net.ErrClosed. It
+// is idempotent.
+func (s *fakeStream) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.queue = nil
+	s.mu.Unlock()
+	s.notify()
+	s.f.removeStream(s)
+	return nil
+}
+
+func (f *FakeClient) removeStream(s *fakeStream) {
+	f.mu.Lock()
+	delete(f.streams, s)
+	f.mu.Unlock()
+}
+
+// emit sends an event of the fake's directory to every open stream. f.mu must be held.
+func (f *FakeClient) emit(typ string, props any) {
+	f.emitIn(f.cfg.dir, typ, props)
+}
+
+func (f *FakeClient) emitIn(dir, typ string, props any) {
+	b, err := json.Marshal(props)
+	if err != nil {
+		panic(fmt.Sprintf("opencodetest: encode %s event: %v", typ, err)) // the fake's own types
+	}
+	ev := opencode.Event{ID: f.ids.next("evt", false, f.now()), Directory: dir, Type: typ, Properties: b}
+	for s := range f.streams {
+		s.push(ev)
+	}
+}
+
+// dropStreams ends every open stream with io.EOF, as when the server closes its connections.
+// f.mu must be held.
+func (f *FakeClient) dropStreams() {
+	for s := range f.streams {
+		s.finish(io.EOF)
+		delete(f.streams, s)
+	}
+}
