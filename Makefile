@@ -1,6 +1,7 @@
 # asyncagents — build, test and demo.
 #
-#   make test   vet, gofmt check, race tests including the real-server suite (what CI runs)
+#   make test   vet (also with the oldest supported Go, and for Windows and macOS), gofmt check,
+#               race tests including the real-server suite (what CI runs)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
@@ -19,7 +20,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet fmt-check race demo bench testdata opencode clean
+.PHONY: all test vet compat fmt-check race demo bench testdata opencode clean
 
 all: test
 
@@ -38,10 +39,19 @@ $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/op
 	@v=$$($(OPENCODE_XDG) $(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }
 	touch $@
 
-test: opencode vet fmt-check race
+test: opencode vet compat fmt-check race
 
 vet:
 	$(GO) vet ./...
+
+# compat proves go.mod's go line: the module builds with that Go (the toolchain comes through
+# the module proxy) and for the other platforms.
+GO_MIN := $(shell sed -n 's/^go //p' go.mod)
+compat:
+	GOTOOLCHAIN=go$(GO_MIN) $(GO) vet ./...
+	GOOS=windows $(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
+	$(GO) mod tidy -diff
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \

@@ -1,7 +1,6 @@
 package asyncagents
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -409,148 +407,8 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
 	}
 	if m.cfg.notify {
-		m.nq = append(m.nq, m.noticeLocked(e))
+		m.notifyLocked(e)
 	}
 	m.mu.Unlock()
 	m.persist(e)
-	if m.cfg.notify {
-		select {
-		case m.nqWake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// notice is one parent notification waiting for delivery.
-type notice struct {
-	parent, agent string
-	visible       string
-	hidden        string
-	key           string // task id, resume count, state
-}
-
-func (m *Manager) noticeLocked(e *entry) notice {
-	t := &e.task
-	n := hints.Notice{
-		Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID),
-	}
-	if t.ResumeCount > 0 {
-		n.Resume = t.ResumeCount
-	}
-	switch t.Status {
-	case StatusCompleted:
-		n.Outcome = hints.Completed
-	case StatusError:
-		n.Outcome, n.Error = hints.Failed, t.Error
-	default:
-		n.Outcome = hints.Cancelled
-	}
-	if b := m.batches[t.BatchID]; b != nil {
-		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
-	}
-	return notice{
-		parent: t.ParentSessionID, agent: t.ParentAgent,
-		visible: hints.Visible(n, m.cfg.debugHints), hidden: hints.Hidden(n, m.cfg.toolPrefix),
-		key: fmt.Sprintf("%s/%d/%s", t.ID, t.ResumeCount, t.Status),
-	}
-}
-
-// notifyLoop delivers notifications in order, retrying each with backoff. On Close the
-// queued ones get one more attempt.
-func (m *Manager) notifyLoop() {
-	for {
-		select {
-		case <-m.stop:
-			m.flushNotices()
-			return
-		default:
-		}
-		m.mu.Lock()
-		var n notice
-		ok := len(m.nq) > 0
-		if ok {
-			n, m.nq = m.nq[0], m.nq[1:]
-		}
-		m.mu.Unlock()
-		if ok {
-			m.deliver(n)
-			continue
-		}
-		select {
-		case <-m.stop:
-			m.flushNotices()
-			return
-		case <-m.nqWake:
-		}
-	}
-}
-
-func (m *Manager) deliver(n notice) {
-	defer m.recoverAndLog("delivering a notification")
-	b := newBackoff(500*time.Millisecond, 15*time.Second)
-	for attempt := 1; ; attempt++ {
-		err := m.send(m.ctx, n)
-		if err == nil {
-			return
-		}
-		if m.ctx.Err() != nil { // closing: flushNotices tries once more
-			m.mu.Lock()
-			m.nq = append([]notice{n}, m.nq...)
-			m.mu.Unlock()
-			return
-		}
-		if attempt >= m.cfg.notifyAttempts {
-			m.cfg.logger.Error("asyncagents: notification not delivered", "key", n.key, "err", err)
-			return
-		}
-		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", n.key, "err", err)
-		if !m.wait(b.NextBackOff()) {
-			m.mu.Lock()
-			m.nq = append([]notice{n}, m.nq...)
-			m.mu.Unlock()
-			return
-		}
-	}
-}
-
-func (m *Manager) flushNotices() {
-	m.mu.Lock()
-	pending := m.nq
-	m.nq = nil
-	m.mu.Unlock()
-	if len(pending) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, n := range pending {
-		if err := m.sendRecover(ctx, n); err != nil {
-			m.cfg.logger.Error("asyncagents: notification not delivered at close", "key", n.key, "err", err)
-		}
-	}
-}
-
-// sendRecover sends n, turning a panic into an error.
-func (m *Manager) sendRecover(ctx context.Context, n notice) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("asyncagents: panic: %v", r)
-		}
-	}()
-	return m.send(ctx, n)
-}
-
-// send posts a notification to the parent: a visible text part and a synthetic hint,
-// with prompt_async so the parent takes a turn, or noReply when configured.
-func (m *Manager) send(ctx context.Context, n notice) error {
-	req := opencode.PromptRequest{
-		Agent: n.agent,
-		Parts: []opencode.TextPartInput{opencode.NewText(n.visible), opencode.NewSyntheticText(n.hidden)},
-	}
-	if m.cfg.notifyNoReply {
-		req.NoReply = true
-		_, err := m.client.Prompt(ctx, n.parent, req)
-		return err
-	}
-	return m.client.PromptAsync(ctx, n.parent, req)
 }

@@ -69,17 +69,17 @@ type Manager struct {
 	close1 sync.Once
 	stop1  sync.Once
 
-	mu      sync.Mutex
-	closed  bool
-	tasks   map[string]*entry
-	reg     manager.Registry
-	batches map[string]*batch // by batch id
-	open    map[string]string // parent → its batch with active tasks
-	rq      map[string]bool   // sessions waiting for a reconcile → the session was seen idle
-	rqOrder []string
-	rqWake  chan struct{}
-	nq      []notice
-	nqWake  chan struct{}
+	mu       sync.Mutex
+	closed   bool
+	tasks    map[string]*entry
+	reg      manager.Registry
+	batches  map[string]*batch // by batch id
+	open     map[string]string // parent → its batch with active tasks
+	rq       map[string]bool   // sessions waiting for a reconcile → the session was seen idle
+	rqOrder  []string
+	rqWake   chan struct{}
+	outboxes map[string]*outbox // parent → pending notifications
+	nqWake   chan struct{}
 }
 
 // New returns a Manager that runs tasks on the OpenCode server behind client (usually an
@@ -106,15 +106,16 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		cfg.pipeline = p
 	}
 	m := &Manager{
-		client:  client,
-		cfg:     cfg,
-		stop:    make(chan struct{}),
-		tasks:   map[string]*entry{},
-		batches: map[string]*batch{},
-		open:    map[string]string{},
-		rq:      map[string]bool{},
-		rqWake:  make(chan struct{}, 1),
-		nqWake:  make(chan struct{}, 1),
+		client:   client,
+		cfg:      cfg,
+		stop:     make(chan struct{}),
+		tasks:    map[string]*entry{},
+		batches:  map[string]*batch{},
+		open:     map[string]string{},
+		rq:       map[string]bool{},
+		rqWake:   make(chan struct{}, 1),
+		outboxes: map[string]*outbox{},
+		nqWake:   make(chan struct{}, 1),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	stored, err := cfg.store.Load(m.ctx)
@@ -123,6 +124,8 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
 	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
+	var pending []noteRef
+	created := map[string]time.Time{}
 	for _, t := range stored {
 		if !m.reg.Add(t.ParentSessionID, t.ID) {
 			continue
@@ -140,6 +143,16 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 			m.rq[t.ID] = false
 			m.rqOrder = append(m.rqOrder, t.ID)
 		}
+		for _, n := range t.Notifications {
+			if n.State == NotificationPending {
+				pending = append(pending, noteRef{task: t.ID, key: n.Key})
+				created[n.Key] = n.Created
+			}
+		}
+	}
+	sort.SliceStable(pending, func(i, j int) bool { return created[pending[i].key].Before(created[pending[j].key]) })
+	for _, ref := range pending { // what the last Manager did not deliver
+		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
 	}
 	m.start()
 	return m, nil

@@ -232,11 +232,12 @@ func TestLaunchRacingCloseT20(t *testing.T) {
 // panicky panics in the methods named in what, once each.
 type panicky struct {
 	*opencodetest.FakeClient
-	messages, status, events atomic.Bool
+	status, events atomic.Bool
+	messagesOf     atomic.Value // a session id: reading its messages panics
 }
 
 func (p *panicky) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
-	if limit > 0 && p.messages.CompareAndSwap(true, false) {
+	if p.messagesOf.CompareAndSwap(id, "") {
 		panic("boom in Messages")
 	}
 	return p.FakeClient.Messages(ctx, id, limit)
@@ -287,6 +288,7 @@ func (l *logRecords) contains(s string) bool {
 func TestPanicsInBackgroundWork(t *testing.T) {
 	f := fakeClient(t)
 	p := &panicky{FakeClient: f}
+	p.messagesOf.Store("")
 	p.events.Store(true)
 	p.status.Store(true)
 	logs := &logRecords{}
@@ -300,8 +302,9 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 		t.Fatalf("after recovered panics: %+v", ok)
 	}
 
-	p.messages.Store(true)
-	failed := await(t, m, caller, launch(t, m, caller, "RUN:echo boom").ID)
+	boom := launch(t, m, caller, "SLEEP:0.5")
+	p.messagesOf.Store(boom.ID)
+	failed := await(t, m, caller, boom.ID)
 	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
 		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)
 	}

@@ -36,8 +36,11 @@ const (
 	DefaultToolPrefix = hints.DefaultToolPrefix
 	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
 	DefaultReconcilers = 4
-	// DefaultNotifyAttempts is how often a parent notification is tried before it is given up.
-	DefaultNotifyAttempts = 6
+	// DefaultNotifyHorizon is how long a parent notification is retried after its run ended
+	// before it is given up: long enough to outlast a restart or an upgrade of the OpenCode
+	// server and a host that was down for a while, short enough that a parent which comes
+	// back much later is not told about stale work in the middle of something else.
+	DefaultNotifyHorizon = 30 * time.Minute
 )
 
 // Bounds of the options.
@@ -48,30 +51,30 @@ const (
 )
 
 type config struct {
-	clock          Clock
-	poll           time.Duration
-	pipeline       *fork.Pipeline
-	store          Store
-	logger         *slog.Logger
-	toolPrefix     string
-	notify         bool
-	notifyNoReply  bool
-	debugHints     bool
-	allowNesting   bool
-	reconcilers    int
-	notifyAttempts int
+	clock         Clock
+	poll          time.Duration
+	pipeline      *fork.Pipeline
+	store         Store
+	logger        *slog.Logger
+	toolPrefix    string
+	notify        bool
+	notifyNoReply bool
+	debugHints    bool
+	allowNesting  bool
+	reconcilers   int
+	notifyHorizon time.Duration
 }
 
 func defaultConfig() config {
 	return config{
-		clock:          systemClock{},
-		poll:           DefaultPollInterval,
-		logger:         slog.New(slog.DiscardHandler),
-		toolPrefix:     DefaultToolPrefix,
-		notify:         true,
-		reconcilers:    DefaultReconcilers,
-		notifyAttempts: DefaultNotifyAttempts,
-		store:          &MemoryStore{},
+		clock:         systemClock{},
+		poll:          DefaultPollInterval,
+		logger:        slog.New(slog.DiscardHandler),
+		toolPrefix:    DefaultToolPrefix,
+		notify:        true,
+		reconcilers:   DefaultReconcilers,
+		notifyHorizon: DefaultNotifyHorizon,
+		store:         &MemoryStore{},
 	}
 }
 
@@ -91,8 +94,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
 	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
 		return fmt.Errorf("%w: reconcilers %d must be 1 to %d", ErrInvalidInput, c.reconcilers, maxReconcilers)
-	case c.notifyAttempts < 1:
-		return fmt.Errorf("%w: notification attempts %d must be at least 1", ErrInvalidInput, c.notifyAttempts)
+	case c.notifyHorizon < 0:
+		return fmt.Errorf("%w: notification horizon %v must not be negative", ErrInvalidInput, c.notifyHorizon)
 	}
 	return nil
 }
@@ -155,8 +158,10 @@ func WithNesting(on bool) Option { return optionFunc(func(cfg *config) { cfg.all
 // Defaults to [DefaultReconcilers]; 1 to 64.
 func WithReconcilers(n int) Option { return optionFunc(func(cfg *config) { cfg.reconcilers = n }) }
 
-// WithNotifyAttempts sets how often a notification is tried, with backoff from 0.5 s to
-// 15 s, before it is given up and logged. Defaults to [DefaultNotifyAttempts]; at least 1.
-func WithNotifyAttempts(n int) Option {
-	return optionFunc(func(cfg *config) { cfg.notifyAttempts = n })
+// WithNotifyHorizon sets how long a parent notification is retried after its run ended,
+// with delays doubling from 0.5 s to 1 min. When it has passed, the notification is marked
+// failed on the task (Task.Notifications) and the failure is logged. Defaults to
+// [DefaultNotifyHorizon]; 0 means one attempt; must not be negative.
+func WithNotifyHorizon(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.notifyHorizon = d })
 }

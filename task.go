@@ -81,6 +81,9 @@ type Task struct {
 	Progress        Progress           `json:"progress"`             //
 	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
 	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
+	// Notifications are the parent notifications of the task's run ends that are not
+	// delivered yet, and the last one that was.
+	Notifications []Notification `json:"notifications,omitempty"`
 
 	// DisplayID is the shortest prefix of ID that is unique among the parent's tasks and
 	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns
@@ -115,6 +118,7 @@ func (t *Task) clone() Task {
 	c := *t
 	c.Progress.Tools = maps.Clone(t.Progress.Tools)
 	c.Progress.LastTools = slices.Clone(t.Progress.LastTools)
+	c.Notifications = slices.Clone(t.Notifications)
 	if t.ForkStats != nil {
 		s := *t.ForkStats
 		c.ForkStats = &s

@@ -29,6 +29,8 @@ type Client interface {
 	// Messages returns the last limit messages of a session, oldest first; 0 means all
 	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
+	// Message returns one message of a session (GET /session/{id}/message/{messageID}).
+	Message(ctx context.Context, sessionID, messageID string) (*Message, error)
 	// Prompt sends a prompt and waits for the agent loop (POST /session/{id}/message).
 	Prompt(ctx context.Context, sessionID string, req PromptRequest) (*Message, error)
 	// PromptAsync starts the agent loop and returns at once (POST /session/{id}/prompt_async).
@@ -226,6 +228,16 @@ func (c *HTTPClient) Messages(ctx context.Context, sessionID string, limit int) 
 		return nil, err
 	}
 	return m, nil
+}
+
+// Message returns one message of a session (GET /session/{id}/message/{messageID}). An
+// unknown session or message matches [ErrNotFound].
+func (c *HTTPClient) Message(ctx context.Context, sessionID, messageID string) (*Message, error) {
+	var m Message
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID, "/message/"+url.PathEscape(messageID)), nil, nil, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
 
 // Prompt sends a prompt and waits (POST /session/{id}/message). OpenCode answers when the

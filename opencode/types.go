@@ -300,6 +300,11 @@ type PromptRequest struct {
 	Model   *Model          `json:"model,omitempty"`
 	System  string          `json:"system,omitempty"`
 	NoReply bool            `json:"noReply,omitempty"`
+	// MessageID, when set, is the id of the user message the prompt creates ("msg_…";
+	// anything else is HTTP 400). OpenCode orders a session's messages by id, so it must be
+	// newer than the session's last message. An id the session already has adds the parts to
+	// that message and starts no reply.
+	MessageID string `json:"messageID,omitempty"`
 }
 
 // CreateSessionRequest is the body of POST /session.

@@ -245,7 +245,10 @@ func TestEventStreamEndsWithClosedOrCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	err = end(s, func() { wg.Go(func() { s.Close() }) })
+	err = end(s, func() {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Close() }()
+	})
 	wg.Wait()
 	if !errors.Is(err, net.ErrClosed) {
 		t.Errorf("after Close: %v, want net.ErrClosed", err)

@@ -62,6 +62,7 @@ func TestClient(ctx context.Context, c opencode.Client, h Harness) error {
 	}{
 		{"sessions", checkSessions},
 		{"no reply", checkNoReply},
+		{"message id", checkMessageID},
 		{"run", checkRun},
 		{"blocking prompt", checkBlockingPrompt},
 		{"abort busy", checkAbortBusy},
@@ -358,6 +359,45 @@ func checkNoReply(k *checker) {
 				k.errorf("a NoReply prompt called the model")
 			}
 		}
+	}
+}
+
+// checkMessageID: a prompt with a client-chosen message id creates the message with that id,
+// GET /session/{id}/message/{messageID} finds it (and an unknown id is NotFound), and a prompt
+// that re-uses the id adds its parts to that message instead of creating another.
+func checkMessageID(k *checker) {
+	s := k.session(opencode.CreateSessionRequest{Title: "conformance message id"})
+	if s == nil {
+		return
+	}
+	first, err := k.c.Prompt(k.ctx, s.ID, opencode.PromptRequest{NoReply: true, Parts: text("first")})
+	if !k.ok(err, "Prompt(NoReply)") {
+		return
+	}
+	id := opencode.NewMessageID(time.Now(), first.Info.ID)
+	m, err := k.c.Prompt(k.ctx, s.ID, opencode.PromptRequest{NoReply: true, MessageID: id, Parts: text("chosen")})
+	if !k.ok(err, "Prompt(MessageID)") {
+		return
+	}
+	if m.Info.ID != id {
+		k.errorf("prompt with messageID %s created %s", id, m.Info.ID)
+	}
+	got, err := k.c.Message(k.ctx, s.ID, id)
+	if k.ok(err, "Message") && (got.Info.ID != id || len(got.Parts) != 1 || got.Parts[0].Text != "chosen") {
+		k.errorf("Message(%s) = %+v", id, got)
+	}
+	if _, err := k.c.Message(k.ctx, s.ID, opencode.NewMessageID(time.Now(), id)); !errors.Is(err, opencode.ErrNotFound) {
+		k.errorf("Message of an unknown id = %v, want ErrNotFound", err)
+	}
+	if _, err := k.c.Message(k.ctx, "ses_"+strings.Repeat("0", 26), id); !errors.Is(err, opencode.ErrNotFound) {
+		k.errorf("Message in an unknown session = %v, want ErrNotFound", err)
+	}
+	if _, err := k.c.Prompt(k.ctx, s.ID, opencode.PromptRequest{NoReply: true, MessageID: id, Parts: text("again")}); !k.ok(err, "Prompt(same MessageID)") {
+		return
+	}
+	msgs := k.messages(s.ID, 0)
+	if len(msgs) != 2 || msgs[1].Info.ID != id || len(msgs[1].Parts) != 2 {
+		k.errorf("after re-using the id: %d messages, last %+v; want 2, the last with both parts", len(msgs), msgs[len(msgs)-1].Info)
 	}
 }
 

@@ -245,7 +245,7 @@ func (f *FakeClient) DropEvents() {
 }
 
 // fakeMethods are the method names FailCalls accepts.
-var fakeMethods = []string{"CreateSession", "GetSession", "Messages", "Prompt", "PromptAsync", "Abort",
+var fakeMethods = []string{"CreateSession", "GetSession", "Messages", "Message", "Prompt", "PromptAsync", "Abort",
 	"SessionStatus", "Agents", "Events", "Permissions", "ReplyPermission"}
 
 // FailCalls makes the next n calls of the named method (e.g. "PromptAsync", "Messages",
@@ -415,6 +415,28 @@ func (f *FakeClient) Messages(ctx context.Context, sessionID string, limit int) 
 	return out, nil
 }
 
+// Message returns one message, as GET /session/{id}/message/{messageID} does; an unknown
+// session or message fails with an error matching [opencode.ErrNotFound].
+func (f *FakeClient) Message(ctx context.Context, sessionID, messageID string) (*opencode.Message, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	path := sessionPath(sessionID, "/message/"+url.PathEscape(messageID))
+	if err := f.enter(ctx, "Message", http.MethodGet, path); err != nil {
+		return nil, err
+	}
+	s, err := f.session(http.MethodGet, path, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range s.msgs {
+		if m.info.ID == messageID {
+			msg := m.message()
+			return &msg, nil
+		}
+	}
+	return nil, notFound(http.MethodGet, path, messageID)
+}
+
 // Prompt sends a prompt and waits, as POST /session/{id}/message does: with NoReply it stores
 // the user message and returns it; otherwise it returns the last assistant message once the
 // session is idle (with Info.Error set when the model failed or the run was aborted). An
@@ -488,6 +510,15 @@ func (f *FakeClient) prompt(path, sessionID string, req opencode.PromptRequest, 
 	model := opencode.Model{ProviderID: ProviderID, ModelID: ModelID}
 	if req.Model != nil {
 		model = *req.Model
+	}
+	if req.MessageID != "" && !strings.HasPrefix(req.MessageID, "msg") {
+		return nil, nil, badRequest(http.MethodPost, path, "Invalid string: must start with \"msg\"\n  at [\"messageID\"]")
+	}
+	for _, m := range s.msgs {
+		if req.MessageID != "" && m.info.ID == req.MessageID { // OpenCode adds the parts; no reply
+			f.addParts(s, m, req.Parts)
+			return s, m, nil
+		}
 	}
 	user := f.addUserMessage(s, req, agent, model)
 	if !req.NoReply && s.run == nil {

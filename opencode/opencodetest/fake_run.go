@@ -30,13 +30,23 @@ func (f *FakeClient) addUserMessage(s *fakeSession, req opencode.PromptRequest, 
 		s.info.Time.Updated = now
 		f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
 	}
+	id := req.MessageID
+	if id == "" {
+		id = f.ids.next("msg", false, f.now())
+	}
 	m := &fakeMessage{info: infoJSON{
-		ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleUser,
+		ID: id, SessionID: s.info.ID, Role: opencode.RoleUser,
 		Time: messageTimeJSON{Created: now}, Agent: agent, Model: &model, System: req.System,
 	}}
 	s.msgs = append(s.msgs, m)
 	f.emit(opencode.EventMessageUpdated, messageEvent{SessionID: s.info.ID, Info: m.info})
-	for _, in := range req.Parts {
+	f.addParts(s, m, req.Parts)
+	return m
+}
+
+// addParts adds text parts to a user message.
+func (f *FakeClient) addParts(s *fakeSession, m *fakeMessage, parts []opencode.TextPartInput) {
+	for _, in := range parts {
 		p := &partJSON{ID: f.ids.next("prt", false, f.now()), SessionID: s.info.ID, MessageID: m.info.ID,
 			Type: opencode.PartText, Text: ptr(in.Text), Synthetic: in.Synthetic}
 		m.parts = append(m.parts, p)
@@ -44,7 +54,6 @@ func (f *FakeClient) addUserMessage(s *fakeSession, req opencode.PromptRequest, 
 	}
 	s.info.Time.Updated = f.ms()
 	f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
-	return m
 }
 
 func (f *FakeClient) emitPart(s *fakeSession, p *partJSON) {

@@ -1,0 +1,313 @@
+package asyncagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asyncagents/asyncagents/hints"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// NotificationState is where a parent notification stands.
+type NotificationState string
+
+// Notification states.
+const (
+	NotificationPending   NotificationState = "pending"   // waiting for delivery, or retried
+	NotificationDelivered NotificationState = "delivered" // the parent session has it
+	NotificationFailed    NotificationState = "failed"    // given up; Error says why
+)
+
+// Notification is the message a task's parent session receives when a run of the task
+// ends: a visible text part and a synthetic hint for the parent's model, posted as one user
+// message. Notifications are part of the task's record, so a notification still pending when
+// the Manager closes or the host crashes is delivered by the next Manager on the same
+// [Store].
+//
+// Each is posted with a message id chosen by the Manager (MessageID, newer than the parent's
+// last message). Before a retry the Manager asks the server for that message
+// (GET /session/{parent}/message/{id}): when an earlier attempt landed although its answer
+// was lost, it is not posted again, so the parent never gets a notification twice.
+type Notification struct {
+	// Key names the run end: "<task id>/<resume count>/<status>".
+	Key     string            `json:"key"`
+	State   NotificationState `json:"state"`
+	Visible string            `json:"visible"` // the visible part
+	Hidden  string            `json:"hidden"`  // the synthetic hint
+	// MessageID is the id of the parent's message that carries the notification, set before
+	// it is first posted.
+	MessageID string    `json:"messageID,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"` // delivery attempts so far
+	Created   time.Time `json:"created"`            // when the run ended
+	Next      time.Time `json:"next,omitzero"`      // the next attempt, while pending
+	Delivered time.Time `json:"delivered,omitzero"` // when the parent got it
+	Error     string    `json:"error,omitempty"`    // the last failure
+}
+
+// Delivery: parents are served in parallel, at most notifyWorkers at a time; the
+// notifications of one parent go one at a time, oldest first. A failed attempt is retried
+// after a delay doubling from notifyBackoffMin to notifyBackoffMax until the horizon
+// (WithNotifyHorizon) has passed since the run ended.
+const (
+	notifyWorkers    = 8
+	notifyBackoffMin = 500 * time.Millisecond
+	notifyBackoffMax = time.Minute
+	flushTimeout     = 5 * time.Second
+)
+
+// outbox holds one parent's pending notifications, oldest first.
+type outbox struct {
+	queue    []noteRef
+	inFlight bool
+	next     time.Time // no attempt before this
+}
+
+type noteRef struct{ task, key string }
+
+// notifyLocked records the notification of e's run end and queues it. m.mu is held.
+func (m *Manager) notifyLocked(e *entry) {
+	t := &e.task
+	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID), Resume: t.ResumeCount}
+	switch t.Status {
+	case StatusCompleted:
+		n.Outcome = hints.Completed
+	case StatusError:
+		n.Outcome, n.Error = hints.Failed, t.Error
+	default:
+		n.Outcome = hints.Cancelled
+	}
+	if b := m.batches[t.BatchID]; b != nil {
+		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
+	}
+	note := Notification{
+		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
+		State:   NotificationPending,
+		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
+		Created: m.now(),
+	}
+	// Keep the undelivered ones and the last delivered one.
+	kept := t.Notifications[:0]
+	for i, o := range t.Notifications {
+		if o.State != NotificationDelivered || i == len(t.Notifications)-1 {
+			kept = append(kept, o)
+		}
+	}
+	t.Notifications = append(kept, note)
+	m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
+}
+
+func (m *Manager) queueLocked(parent string, ref noteRef) {
+	ob := m.outboxes[parent]
+	if ob == nil {
+		ob = &outbox{}
+		m.outboxes[parent] = ob
+	}
+	ob.queue = append(ob.queue, ref)
+	select {
+	case m.nqWake <- struct{}{}:
+	default:
+	}
+}
+
+// noteLocked returns the notification key of e, or nil.
+func noteLocked(e *entry, key string) *Notification {
+	for i := range e.task.Notifications {
+		if e.task.Notifications[i].Key == key {
+			return &e.task.Notifications[i]
+		}
+	}
+	return nil
+}
+
+// notifyLoop hands each parent whose next notification is due to a delivery goroutine, at
+// most notifyWorkers at a time. On Close it waits for them and gives every parent's
+// pending notifications one more attempt; what is still pending stays in the store.
+func (m *Manager) notifyLoop() {
+	var workers sync.WaitGroup
+	sem := make(chan struct{}, notifyWorkers)
+	for {
+		wait := time.Hour
+		m.mu.Lock()
+		now := m.now()
+		var due []string
+		for parent, ob := range m.outboxes {
+			switch {
+			case len(ob.queue) == 0:
+				if !ob.inFlight {
+					delete(m.outboxes, parent)
+				}
+			case ob.inFlight:
+			case !ob.next.After(now):
+				due = append(due, parent)
+			default:
+				wait = min(wait, ob.next.Sub(now))
+			}
+		}
+		m.mu.Unlock()
+		for _, parent := range due {
+			select {
+			case sem <- struct{}{}:
+			default: // all workers busy: the next round takes it
+				wait = min(wait, notifyBackoffMin)
+				continue
+			}
+			m.mu.Lock()
+			m.outboxes[parent].inFlight = true
+			m.mu.Unlock()
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				defer func() { <-sem }()
+				m.deliverNext(m.ctx, parent)
+				select {
+				case m.nqWake <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		select {
+		case <-m.stop:
+			workers.Wait()
+			m.flushNotifications()
+			return
+		case <-m.nqWake:
+		case <-m.cfg.clock.After(wait):
+		}
+	}
+}
+
+// flushNotifications gives each parent's pending notifications, in order, one attempt.
+func (m *Manager) flushNotifications() {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	m.mu.Lock()
+	parents := make([]string, 0, len(m.outboxes))
+	for p, ob := range m.outboxes {
+		if len(ob.queue) > 0 {
+			ob.next = time.Time{}
+			parents = append(parents, p)
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range parents {
+		for ctx.Err() == nil && m.deliverNext(ctx, p) {
+		}
+	}
+}
+
+// deliverNext makes one attempt at parent's oldest pending notification and reports
+// whether it is done with it (delivered, failed or gone).
+func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
+	defer m.recoverAndLog("delivering a notification")
+	m.mu.Lock()
+	ob := m.outboxes[parent]
+	if ob == nil || len(ob.queue) == 0 {
+		if ob != nil {
+			ob.inFlight = false
+		}
+		m.mu.Unlock()
+		return false
+	}
+	ref := ob.queue[0]
+	e := m.tasks[ref.task]
+	var note *Notification
+	if e != nil {
+		note = noteLocked(e, ref.key)
+	}
+	if note == nil || note.State != NotificationPending { // cleared meanwhile
+		ob.queue = ob.queue[1:]
+		ob.inFlight = false
+		m.mu.Unlock()
+		return true
+	}
+	n, agent := *note, e.task.ParentAgent
+	m.mu.Unlock()
+
+	err := m.attempt(ctx, e, parent, agent, n)
+
+	m.mu.Lock()
+	defer func() {
+		ob.inFlight = false
+		e.version++
+		m.mu.Unlock()
+		m.persist(e)
+	}()
+	note = noteLocked(e, ref.key)
+	if note == nil || e.removed {
+		ob.queue = ob.queue[1:]
+		return true
+	}
+	now := m.now()
+	note.Attempts++
+	switch {
+	case err == nil:
+		note.State, note.Delivered, note.Error, note.Next = NotificationDelivered, now, "", time.Time{}
+	case errors.Is(err, opencode.ErrNotFound):
+		note.State, note.Error = NotificationFailed, "the parent session no longer exists"
+		m.cfg.logger.Error("asyncagents: notification not delivered: the parent session no longer exists", "key", note.Key)
+	case now.Sub(note.Created) >= m.cfg.notifyHorizon:
+		note.State, note.Error = NotificationFailed, err.Error()
+		m.cfg.logger.Error("asyncagents: notification not delivered; giving up", "key", note.Key,
+			"attempts", note.Attempts, "horizon", m.cfg.notifyHorizon, "err", err)
+	default:
+		note.Error = err.Error()
+		d := notifyBackoffMin << min(max(note.Attempts-1, 0), 16)
+		note.Next = now.Add(min(d, notifyBackoffMax))
+		ob.next = note.Next
+		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", note.Key, "attempt", note.Attempts, "next", note.Next, "err", err)
+		return false
+	}
+	ob.queue = ob.queue[1:]
+	ob.next = time.Time{}
+	return true
+}
+
+// attempt delivers n unless an earlier attempt already did: a notification that was posted
+// before (Attempts > 0) is looked up by its message id first.
+func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) error {
+	if n.MessageID != "" { // posted before: did it land?
+		_, err := m.client.Message(ctx, parent, n.MessageID)
+		if err == nil {
+			return nil // it landed; the answer was lost
+		}
+		if !errors.Is(err, opencode.ErrNotFound) {
+			return fmt.Errorf("asyncagents: check notification %s: %w", n.MessageID, err)
+		}
+		if _, err := m.client.GetSession(ctx, parent); err != nil {
+			return err // NotFound here: the parent is gone
+		}
+	}
+	last, err := m.client.Messages(ctx, parent, 1)
+	if err != nil {
+		return err
+	}
+	after := ""
+	if len(last) > 0 {
+		after = last[0].Info.ID
+	}
+	id := opencode.NewMessageID(m.now(), after)
+	// Record the id before posting: if the answer is lost, or the host stops, the next
+	// attempt finds the message by it.
+	m.mu.Lock()
+	if note := noteLocked(e, n.Key); note != nil {
+		note.MessageID = id
+		e.version++
+	}
+	m.mu.Unlock()
+	m.persist(e)
+
+	req := opencode.PromptRequest{
+		MessageID: id, Agent: agent,
+		Parts: []opencode.TextPartInput{opencode.NewText(n.Visible), opencode.NewSyntheticText(n.Hidden)},
+	}
+	if m.cfg.notifyNoReply {
+		req.NoReply = true
+		_, err = m.client.Prompt(ctx, parent, req)
+		return err
+	}
+	return m.client.PromptAsync(ctx, parent, req)
+}

@@ -1,0 +1,229 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/fakeclock"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// flaky fails the prompts and reads of the sessions in down (an unreachable parent), and
+// loses the answer of the next lose prompts after the server acted on them.
+type flaky struct {
+	*opencodetest.FakeClient
+	mu   sync.Mutex
+	down map[string]bool
+	lose int
+}
+
+var errUnreachable = errors.New("flaky: connection refused")
+
+func (c *flaky) isDown(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down[id]
+}
+
+func (c *flaky) setDown(id string, down bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down == nil {
+		c.down = map[string]bool{}
+	}
+	c.down[id] = down
+}
+
+func (c *flaky) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
+	if c.isDown(id) {
+		return errUnreachable
+	}
+	err := c.FakeClient.PromptAsync(ctx, id, req)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.lose > 0 && req.MessageID != "" {
+		c.lose--
+		return errors.New("flaky: connection reset after the request was sent")
+	}
+	return err
+}
+
+func (c *flaky) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	if c.isDown(id) {
+		return nil, errUnreachable
+	}
+	return c.FakeClient.Messages(ctx, id, limit)
+}
+
+func (c *flaky) Message(ctx context.Context, id, msgID string) (*opencode.Message, error) {
+	if c.isDown(id) {
+		return nil, errUnreachable
+	}
+	return c.FakeClient.Message(ctx, id, msgID)
+}
+
+// notifications returns the visible texts of the notifications in a parent session.
+func notifications(t *testing.T, c opencode.Client, parent string) []string {
+	t.Helper()
+	msgs, err := c.Messages(context.Background(), parent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range msgs {
+		if m.Info.Role == opencode.RoleUser && len(m.Parts) == 2 && m.Parts[1].Synthetic &&
+			strings.Contains(m.Parts[0].Text, "Task Progress") {
+			out = append(out, m.Parts[0].Text)
+		}
+	}
+	return out
+}
+
+func waitNotifications(t *testing.T, c opencode.Client, parent string, n int) []string {
+	t.Helper()
+	var got []string
+	waitFor(t, 20*time.Second, func() bool {
+		got = notifications(t, c, parent)
+		return len(got) >= n
+	})
+	return got
+}
+
+// N, R: a notification whose answer was lost after the server created it is found by its
+// message id before the retry and not posted again.
+func TestNotificationAnswerLostIsNotDuplicated(t *testing.T) {
+	f := fakeClient(t)
+	c := &flaky{FakeClient: f, lose: 1}
+	m := newManager(t, c, asyncagents.WithNotifyNoReply(false))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "RUN:echo once")
+	waitFor(t, 20*time.Second, func() bool {
+		tk, _ := m.Get(task.ID)
+		return len(tk.Notifications) == 1 && tk.Notifications[0].State == asyncagents.NotificationDelivered
+	})
+	tk, _ := m.Get(task.ID)
+	if n := tk.Notifications[0]; n.Attempts != 2 || n.MessageID == "" { // the lost post, then the check that found it
+		t.Errorf("notification = %+v, want two attempts with a message id", n)
+	}
+	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+		t.Fatalf("parent got %d notifications: %q", len(got), got)
+	}
+}
+
+// N, R: a parent unreachable for longer than a few retries still gets its notification once
+// it is back, and meanwhile another parent's notifications are not held up.
+func TestNotificationOutlastsParentOutage(t *testing.T) {
+	f := fakeClient(t)
+	c := &flaky{FakeClient: f}
+	clock := fakeclock.New(time.Now())
+	m := newManager(t, c, asyncagents.WithClock(clock))
+	down, up := fakeParent(t, f), fakeParent(t, f)
+	c.setDown(down.SessionID, true)
+
+	stuck := launch(t, m, down, "RUN:echo a")
+	pollUntilDone(t, clock, m, stuck.ID)
+	waitFor(t, 10*time.Second, func() bool {
+		tk, _ := m.Get(stuck.ID)
+		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 1
+	})
+	other := launch(t, m, up, "RUN:echo b")
+	pollUntilDone(t, clock, m, other.ID)
+	waitNotifications(t, f, up.SessionID, 1) // not behind the unreachable parent
+
+	for range 30 { // 15 minutes of retries
+		clock.Advance(30 * time.Second)
+	}
+	if got := notifications(t, f, down.SessionID); len(got) != 0 {
+		t.Fatalf("delivered while down: %q", got)
+	}
+	tk, _ := m.Get(stuck.ID)
+	if n := tk.Notifications[0]; n.State != asyncagents.NotificationPending || n.Error == "" {
+		t.Fatalf("while down: %+v", n)
+	}
+	c.setDown(down.SessionID, false)
+	waitFor(t, 20*time.Second, func() bool {
+		clock.Advance(time.Minute)
+		return len(notifications(t, f, down.SessionID)) == 1
+	})
+	waitFor(t, 10*time.Second, func() bool {
+		tk, _ := m.Get(stuck.ID)
+		return tk.Notifications[0].State == asyncagents.NotificationDelivered
+	})
+}
+
+// pollUntilDone advances the clock (driving the status poll) until the task has ended.
+func pollUntilDone(t *testing.T, clock *fakeclock.Clock, m *asyncagents.Manager, id string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() bool {
+		clock.Advance(time.Second)
+		tk, err := m.Get(id)
+		return err == nil && tk.Status.Terminal()
+	})
+}
+
+// N: when the horizon has passed, the notification is marked failed on the task and the
+// failure is logged.
+func TestNotificationHorizon(t *testing.T) {
+	f := fakeClient(t)
+	c := &flaky{FakeClient: f}
+	clock := fakeclock.New(time.Now())
+	logs := &logRecords{}
+	m := newManager(t, c, asyncagents.WithClock(clock), asyncagents.WithNotifyHorizon(time.Minute),
+		asyncagents.WithLogger(slog.New(logs)))
+	parent := fakeParent(t, f)
+	c.setDown(parent.SessionID, true)
+	task := launch(t, m, parent, "RUN:echo x")
+	pollUntilDone(t, clock, m, task.ID)
+	waitFor(t, 20*time.Second, func() bool {
+		clock.Advance(10 * time.Second)
+		tk, _ := m.Get(task.ID)
+		return tk.Notifications[0].State == asyncagents.NotificationFailed
+	})
+	tk, _ := m.Get(task.ID)
+	if n := tk.Notifications[0]; !strings.Contains(n.Error, "connection refused") || n.Attempts < 2 {
+		t.Errorf("failed notification = %+v", n)
+	}
+	if !logs.contains("giving up") {
+		t.Error("the failure was not logged")
+	}
+}
+
+// T-19, N: a notification still pending when the Manager closes is delivered, once, by the
+// next Manager on the same store.
+func TestNotificationSurvivesClose(t *testing.T) {
+	f := fakeClient(t)
+	c := &flaky{FakeClient: f}
+	store := &asyncagents.MemoryStore{}
+	parent := fakeParent(t, f)
+	c.setDown(parent.SessionID, true)
+	m1, err := asyncagents.New(c, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := launch(t, m1, parent, "RUN:echo later")
+	waitFor(t, 20*time.Second, func() bool {
+		tk, _ := m1.Get(task.ID)
+		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 1
+	})
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.setDown(parent.SessionID, false)
+	m2 := newManager(t, c, asyncagents.WithStore(store))
+	got := waitNotifications(t, f, parent.SessionID, 1)
+	waitFor(t, 10*time.Second, func() bool {
+		tk, _ := m2.Get(task.ID)
+		return tk.Notifications[0].State == asyncagents.NotificationDelivered
+	})
+	if got = notifications(t, f, parent.SessionID); len(got) != 1 || !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "finished") }) {
+		t.Fatalf("parent notifications: %q", got)
+	}
+}
