@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -105,18 +106,38 @@ func (m *Manager) handle(ev opencode.Event) {
 	default:
 		return
 	}
-	p, err := ev.Decode()
-	if err != nil || p.SessionID == "" {
+	// The session id first: events of other sessions (most of them) cost no more.
+	sid := ev.SessionID()
+	if sid == "" {
 		return
 	}
 	if ev.Type == opencode.EventSessionDeleted {
-		m.sessionDeleted(p.SessionID)
+		m.sessionDeleted(sid)
+		return
+	}
+	m.mu.Lock()
+	e := m.tasks[sid]
+	ok := e != nil && e.task.Status.Active()
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	var (
+		p   opencode.EventProperties
+		err error
+	)
+	if ev.Type == opencode.EventMessagePartUpdate {
+		part, err := toolPart(ev)
+		if err != nil || part == nil {
+			return
+		}
+		p.Part = part
+	} else if p, err = ev.Decode(); err != nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.tasks[p.SessionID]
-	if e == nil || !e.task.Status.Active() {
+	if m.tasks[sid] != e || !e.task.Status.Active() {
 		return
 	}
 	switch ev.Type {
@@ -137,9 +158,7 @@ func (m *Manager) handle(ev opencode.Event) {
 			m.enqueueLocked(e.task.ID, true)
 		}
 	case opencode.EventMessagePartUpdate:
-		if p.Part != nil && p.Part.Type == opencode.PartTool {
-			m.progressLocked(e, p.Part)
-		}
+		m.progressLocked(e, p.Part)
 	case opencode.EventPermissionAsked:
 		e.task.Permission = &PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns}
 		e.version++
@@ -147,6 +166,22 @@ func (m *Manager) handle(ev opencode.Event) {
 		e.task.Permission = nil
 		e.version++
 	}
+}
+
+// toolPart decodes the id and tool name of a message.part.updated event's part, and
+// returns nil for parts that are not tool parts.
+func toolPart(ev opencode.Event) (*opencode.Part, error) {
+	var p struct {
+		Part struct {
+			ID   string `json:"id"`
+			Type string `json:"type"`
+			Tool string `json:"tool"`
+		} `json:"part"`
+	}
+	if err := json.Unmarshal(ev.Properties, &p); err != nil || p.Part.Type != opencode.PartTool {
+		return nil, err
+	}
+	return &opencode.Part{ID: p.Part.ID, Type: p.Part.Type, Tool: p.Part.Tool}, nil
 }
 
 // busyLocked records that the run's session is busy: the poll rechecks it as soon as it

@@ -62,6 +62,31 @@ type EventProperties struct {
 	Patterns   []string `json:"patterns,omitempty"`
 }
 
+// SessionID returns the session an event is about — properties.sessionID, or the
+// sessionID of properties.part or properties.info — without decoding the rest, so a
+// subscriber can drop the events of other sessions cheaply. It returns "" when there is none.
+func (e *Event) SessionID() string {
+	var p struct {
+		SessionID string `json:"sessionID"`
+		Part      struct {
+			SessionID string `json:"sessionID"`
+		} `json:"part"`
+		Info struct {
+			SessionID string `json:"sessionID"`
+		} `json:"info"`
+	}
+	if len(e.Properties) == 0 || json.Unmarshal(e.Properties, &p) != nil {
+		return ""
+	}
+	switch {
+	case p.SessionID != "":
+		return p.SessionID
+	case p.Part.SessionID != "":
+		return p.Part.SessionID
+	}
+	return p.Info.SessionID
+}
+
 // Decode decodes the event's properties.
 func (e *Event) Decode() (EventProperties, error) {
 	var p EventProperties
@@ -212,25 +237,23 @@ func (s *sseStream) Close() error {
 }
 
 // decodeFrame decodes one data payload of /global/event ({"directory", "payload": Event})
-// or of /event (a bare Event). skip is true for frames that carry no event of interest.
+// or of /event (a bare Event) in one pass; the properties stay raw. skip is true for frames
+// that carry no event of interest.
 func decodeFrame(data []byte) (ev Event, skip bool, err error) {
 	if len(data) == 0 {
 		return Event{}, true, nil
 	}
 	var f struct {
-		Directory string          `json:"directory"`
-		Payload   json.RawMessage `json:"payload"`
-		Type      string          `json:"type"`
+		Directory string `json:"directory"`
+		Payload   *Event `json:"payload"`
+		Event
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		return Event{}, false, fmt.Errorf("opencode: event frame: %w", err)
 	}
-	body := data
-	if len(f.Payload) > 0 {
-		body = f.Payload
-	}
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return Event{}, false, fmt.Errorf("opencode: event frame: %w", err)
+	ev = f.Event
+	if f.Payload != nil {
+		ev = *f.Payload
 	}
 	ev.Directory = f.Directory
 	return ev, ev.Type == "" || ev.Type == "sync", nil
