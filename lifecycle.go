@@ -241,7 +241,8 @@ func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 }
 
 // sessionDeleted handles session.deleted: a deleted parent takes its tasks with it (active
-// ones are aborted); a deleted task session cancels its task.
+// ones are aborted); a deleted task session cancels its task (and is aborted, since OpenCode
+// lets a deleted busy session run on).
 func (m *Manager) sessionDeleted(id string) {
 	m.mu.Lock()
 	var abort, remove []string
@@ -256,6 +257,9 @@ func (m *Manager) sessionDeleted(id string) {
 		m.removeLocked(e)
 	}
 	own := m.tasks[id]
+	if own != nil && own.task.Status.Active() {
+		abort = append(abort, id) // OpenCode does not stop a deleted busy session
+	}
 	m.mu.Unlock()
 	for _, e := range removed { // saves in flight land before the delete
 		e.saveMu.Lock()
@@ -263,7 +267,7 @@ func (m *Manager) sessionDeleted(id string) {
 	}
 	for _, t := range abort {
 		if err := m.client.Abort(m.ctx, t); err != nil {
-			m.cfg.logger.Warn("asyncagents: abort task of deleted parent", "task", t, "err", err)
+			m.cfg.logger.Warn("asyncagents: abort task of deleted session", "task", t, "err", err)
 		}
 	}
 	if len(remove) > 0 {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -79,7 +81,11 @@ type Manager struct {
 	rqOrder  []string
 	rqWake   chan struct{}
 	outboxes map[string]*outbox // parent → pending notifications
-	nqWake   chan struct{}
+	agents   []string           // the server's visible agents, sorted, as of agentsAt
+	agentsAt time.Time
+
+	agentsOnce singleflight.Group
+	nqWake     chan struct{}
 }
 
 // New returns a Manager that runs tasks on the OpenCode server behind client (usually an
@@ -392,23 +398,42 @@ func (m *Manager) failLaunch(e *entry, rc int, err error) (Task, error) {
 	return m.snapshot(e), err
 }
 
-// checkAgent verifies the agent against GET /agent (hidden agents do not count).
+// agentsTTL is how long the server's agent list is trusted; an agent not in it is checked
+// against a fresh list before it is refused.
+const agentsTTL = 30 * time.Second
+
+// checkAgent verifies the agent against GET /agent (hidden agents do not count). The list is
+// cached for agentsTTL; concurrent launches share one request.
 func (m *Manager) checkAgent(ctx context.Context, name string) error {
-	agents, err := m.client.Agents(ctx)
+	m.mu.Lock()
+	known, fresh := m.agents, m.now().Sub(m.agentsAt) < agentsTTL
+	m.mu.Unlock()
+	if fresh && slices.Contains(known, name) {
+		return nil
+	}
+	v, err, _ := m.agentsOnce.Do("agents", func() (any, error) {
+		agents, err := m.client.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, a := range agents {
+			if !a.Hidden {
+				names = append(names, a.Name)
+			}
+		}
+		sort.Strings(names)
+		m.mu.Lock()
+		m.agents, m.agentsAt = names, m.now()
+		m.mu.Unlock()
+		return names, nil
+	})
 	if err != nil {
 		return fmt.Errorf("asyncagents: list agents: %w", err)
 	}
-	var known []string
-	for _, a := range agents {
-		if a.Hidden {
-			continue
-		}
-		if a.Name == name {
-			return nil
-		}
-		known = append(known, a.Name)
+	if known = v.([]string); slices.Contains(known, name) {
+		return nil
 	}
-	sort.Strings(known)
 	return fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
 }
 

@@ -65,9 +65,21 @@ type clientOptionFunc func(*HTTPClient)
 func (f clientOptionFunc) applyClient(c *HTTPClient) { f(c) }
 
 // WithHTTPClient sets the *http.Client used for every request. Defaults to a client with no
-// overall timeout (the event stream is long-lived; pass deadlines through ctx).
+// overall timeout (the event stream is long-lived; pass deadlines through ctx) whose
+// transport, a clone of [http.DefaultTransport], keeps up to [DefaultIdleConns] idle
+// connections to the server instead of net/http's 2, so a busy Manager reuses its
+// connections rather than opening new ones.
 func WithHTTPClient(hc *http.Client) ClientOption {
 	return clientOptionFunc(func(c *HTTPClient) { c.hc = hc })
+}
+
+// DefaultIdleConns is how many idle connections the default transport keeps per host.
+const DefaultIdleConns = 64
+
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = DefaultIdleConns, DefaultIdleConns
+	return &http.Client{Transport: t}
 }
 
 // WithBasicAuth sets the credentials of a server started with OPENCODE_SERVER_PASSWORD.
@@ -100,7 +112,7 @@ func NewHTTPClient(baseURL string, opts ...ClientOption) (*HTTPClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("opencode: base URL %q must be an absolute http(s) URL", baseURL)
 	}
-	c := &HTTPClient{base: u, hc: &http.Client{}, stall: DefaultStallTimeout}
+	c := &HTTPClient{base: u, hc: defaultHTTPClient(), stall: DefaultStallTimeout}
 	for _, o := range opts {
 		o.applyClient(c)
 	}
