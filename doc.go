@@ -57,9 +57,22 @@
 //	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
 //	                     error (the tasks are removed from the Manager all the same)
 //	Get                  ErrTaskNotFound, ErrClosed
+//	NewFileStore         ErrInvalidInput (empty path), ErrStoreLocked, ErrStoreCorrupt
 //	Close                ctx.Err() when ctx ends before the goroutines stopped
 //	Tool handlers        the errors of the operation they call, and ErrInvalidInput for
 //	                     arguments that do not match the tool's schema
+//
+// # Nothing lost
+//
+// Every run that ends on the server ends in the Manager, with exactly one notification to
+// its parent: events that are missed (a dropped stream, an early or duplicate
+// session.idle) are made up for by the status poll, which keeps reading an idle task's
+// latest messages, less and less often, until its run is decided; a run the server left
+// unfinished (a restart or a crash mid-step) ends in StatusError as interrupted. The
+// notification of each run end is kept in the task's record (Task.Notifications) until
+// delivered, retried per parent with backoff for [WithNotifyHorizon], and checked for by its
+// message id before a retry so that a lost answer does not post it twice. With a
+// [FileStore] all of this survives a restart of the host.
 //
 // # Goroutines and panics
 //
