@@ -45,7 +45,8 @@
 //
 //	operation            errors
 //	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
-//	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent, ErrClosed;
+//	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent,
+//	                     ErrNestingDepth, ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()

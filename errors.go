@@ -29,6 +29,8 @@ var (
 	ErrTaskBusy = errors.New("asyncagents: task busy")
 	// ErrSessionExpired: the task's session no longer exists on the server; start a new task.
 	ErrSessionExpired = errors.New("asyncagents: task session expired")
+	// ErrNestingDepth: the caller is a task at the deepest level WithNestingDepth allows.
+	ErrNestingDepth = errors.New("asyncagents: nesting too deep")
 	// ErrClosed: the Manager was closed.
 	ErrClosed = errors.New("asyncagents: manager closed")
 )

@@ -269,8 +269,8 @@ func parseModel(s string) (*opencode.Model, error) {
 // model, or a caller session the server does not know), [ErrUnknownAgent] (the message names
 // the known agents), [ErrClosed]. Then it creates the child session (POST /session with the
 // caller's session as parentID, the title "Background: <description>" or
-// "Background (forked): <description>", and a rule denying the LLM tools unless
-// [WithNesting] is on); for a fork it reads the caller's messages
+// "Background (forked): <description>", and a rule denying the LLM tools at the deepest
+// level of [WithNestingDepth]); for a fork it reads the caller's messages
 // (GET /session/{id}/message), runs the fork pipeline and sends the result as a synthetic
 // part without reply (POST /session/{id}/message with noReply); it records the task and sends
 // the prompt (POST /session/{id}/prompt_async).
@@ -302,6 +302,10 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, err
 	}
 	defer m.ops.Done()
+	depth, err := m.depth(in.Caller.SessionID)
+	if err != nil {
+		return Task{}, err
+	}
 	if err := m.checkAgent(ctx, in.Agent); err != nil {
 		return Task{}, err
 	}
@@ -326,7 +330,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		title = "Background (forked): " + in.Description
 	}
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
-		ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(),
+		ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})
 	if err != nil {
 		return Task{}, fmt.Errorf("asyncagents: create task session: %w", err)
@@ -336,7 +340,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: StatusRunning,
-		Started: m.now(), Forked: in.Fork, ForkStats: stats,
+		Started: m.now(), Forked: in.Fork, ForkStats: stats, Depth: depth,
 	}}
 	m.mu.Lock()
 	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
@@ -437,9 +441,24 @@ func (m *Manager) checkAgent(ctx context.Context, name string) error {
 	return fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
 }
 
-// childRules are the permission rules of a task session.
-func (m *Manager) childRules() []opencode.PermissionRule {
-	if m.cfg.allowNesting {
+// depth returns the depth of a task launched for the caller session, or ErrNestingDepth.
+func (m *Manager) depth(caller string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := 1
+	if p := m.tasks[caller]; p != nil {
+		d = max(p.task.Depth, 1) + 1
+	}
+	if d > m.cfg.nestingDepth {
+		return 0, fmt.Errorf("%w: the caller is a task at depth %d and tasks may nest %d deep", ErrNestingDepth, d-1, m.cfg.nestingDepth)
+	}
+	return d, nil
+}
+
+// childRules are the permission rules of a task session at depth: the deepest may not use
+// the LLM tools.
+func (m *Manager) childRules(depth int) []opencode.PermissionRule {
+	if depth < m.cfg.nestingDepth {
 		return nil
 	}
 	return []opencode.PermissionRule{{Permission: m.cfg.toolPrefix + "_*", Pattern: "*", Action: "deny"}}

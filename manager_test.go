@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,5 +346,47 @@ func TestOutputTimeoutsT10(t *testing.T) {
 		if out := <-done; !strings.Contains(out, "Timed out waiting; the task is still running.") {
 			t.Errorf("%s: %s", tc.args, out)
 		}
+	}
+}
+
+// T-17: with WithNestingDepth(2) a task may launch tasks, whose sessions are denied the
+// tools; a launch below that is refused, also by a new Manager on the same store.
+func TestNestingDepthT17(t *testing.T) {
+	f := fakeClient(t)
+	store := &asyncagents.MemoryStore{}
+	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
+	parent := fakeParent(t, f)
+	rules := func(id string) []opencode.PermissionRule {
+		s, err := f.GetSession(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Permission
+	}
+	top := launch(t, m, parent, "RUN:echo top")
+	if top.Depth != 1 || len(rules(top.ID)) != 0 {
+		t.Fatalf("depth-1 task: depth %d, rules %v; want no rule", top.Depth, rules(top.ID))
+	}
+	child := launch(t, m, asyncagents.Caller{SessionID: top.ID, Agent: "general"}, "RUN:echo child")
+	deny := []opencode.PermissionRule{{Permission: "asyncagents_*", Pattern: "*", Action: "deny"}}
+	if child.Depth != 2 || !slices.Equal(rules(child.ID), deny) {
+		t.Fatalf("depth-2 task: depth %d, rules %v; want %v", child.Depth, rules(child.ID), deny)
+	}
+	tooDeep := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: child.ID}, Description: "d", Agent: "general", Prompt: "p"}
+	if _, err := m.Launch(context.Background(), tooDeep); !errors.Is(err, asyncagents.ErrNestingDepth) {
+		t.Fatalf("launch at depth 3 = %v, want ErrNestingDepth", err)
+	}
+	await(t, m, asyncagents.Caller{SessionID: top.ID}, child.ID)
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
+	if _, err := m2.Launch(context.Background(), tooDeep); !errors.Is(err, asyncagents.ErrNestingDepth) {
+		t.Fatalf("after a restart: launch at depth 3 = %v, want ErrNestingDepth", err)
+	}
+	m3 := newManager(t, f)
+	if _, err := m3.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: top.ID},
+		Description: "d", Agent: "general", Prompt: "p"}); err != nil {
+		t.Fatalf("a Manager that does not know top as a task: %v", err)
 	}
 }

@@ -34,6 +34,10 @@ const (
 	// DefaultToolPrefix ("asyncagents") starts the names of the LLM tools:
 	// asyncagents_task, ….
 	DefaultToolPrefix = hints.DefaultToolPrefix
+	// DefaultNestingDepth is how deep tasks may nest: 1, a task cannot launch tasks.
+	DefaultNestingDepth = 1
+	// MaxNestingDepth bounds WithNestingDepth.
+	MaxNestingDepth = 8
 	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
 	DefaultReconcilers = 4
 	// DefaultNotifyHorizon is how long a parent notification is retried after its run ended
@@ -60,7 +64,7 @@ type config struct {
 	notify        bool
 	notifyNoReply bool
 	debugHints    bool
-	allowNesting  bool
+	nestingDepth  int
 	reconcilers   int
 	notifyHorizon time.Duration
 }
@@ -73,6 +77,7 @@ func defaultConfig() config {
 		toolPrefix:    DefaultToolPrefix,
 		notify:        true,
 		reconcilers:   DefaultReconcilers,
+		nestingDepth:  DefaultNestingDepth,
 		notifyHorizon: DefaultNotifyHorizon,
 		store:         &MemoryStore{},
 	}
@@ -92,6 +97,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: nil store", ErrInvalidInput)
 	case len(c.toolPrefix) > maxToolPrefix || !prefixRE.MatchString(c.toolPrefix):
 		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
+	case c.nestingDepth < 1 || c.nestingDepth > MaxNestingDepth:
+		return fmt.Errorf("%w: nesting depth %d must be 1 to %d", ErrInvalidInput, c.nestingDepth, MaxNestingDepth)
 	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
 		return fmt.Errorf("%w: reconcilers %d must be 1 to %d", ErrInvalidInput, c.reconcilers, maxReconcilers)
 	case c.notifyHorizon < 0:
@@ -132,7 +139,7 @@ func WithStore(s Store) Option { return optionFunc(func(cfg *config) { cfg.store
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(cfg *config) { cfg.logger = l }) }
 
 // WithToolPrefix sets the prefix of the LLM tool names (prefix_task, prefix_output, …), which
-// the notifications' hints mention and child sessions are denied unless [WithNesting] is on.
+// the notifications' hints mention and child sessions are denied beyond [WithNestingDepth].
 // Defaults to [DefaultToolPrefix]; 1 to 40 letters, digits, _ or -.
 func WithToolPrefix(p string) Option { return optionFunc(func(cfg *config) { cfg.toolPrefix = p }) }
 
@@ -150,9 +157,13 @@ func WithNotifyNoReply(on bool) Option {
 // Defaults to off.
 func WithDebugHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.debugHints = on }) }
 
-// WithNesting lets child sessions call the LLM tools themselves. Defaults to off: children
-// are created with a permission rule that denies "<prefix>_*".
-func WithNesting(on bool) Option { return optionFunc(func(cfg *config) { cfg.allowNesting = on }) }
+// WithNestingDepth sets how deep tasks may nest. A task launched for a session that is not a
+// task of the Manager has depth 1; a task launched for a task's session has that task's
+// depth plus one. Tasks at the deepest level are created with a permission rule that denies
+// them the LLM tools ("<prefix>_*": deny), and a Launch for a caller at that level is refused
+// with [ErrNestingDepth]. Defaults to [DefaultNestingDepth] (1: no nesting); 1 to
+// [MaxNestingDepth].
+func WithNestingDepth(n int) Option { return optionFunc(func(cfg *config) { cfg.nestingDepth = n }) }
 
 // WithReconcilers sets how many goroutines read the messages of sessions that went idle.
 // Defaults to [DefaultReconcilers]; 1 to 64.

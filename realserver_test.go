@@ -451,3 +451,45 @@ func TestRealServerPermissionAsked(t *testing.T) {
 		t.Fatalf("Cancel = %+v, %v", cancelled, err)
 	}
 }
+
+// T-17 on the real server: a depth-1 task of WithNestingDepth(2) has no rule against the
+// tools; the task it launches gets the deny rule, and cannot launch further.
+func TestRealServerNestingDepthT17(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "nesting parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, asyncagents.WithNestingDepth(2), asyncagents.WithNotifications(false))
+	in := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: parent.ID}, Description: "top", Agent: "general", Prompt: "RUN:echo top"}
+	top, err := m.Launch(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Caller, in.Description, in.Prompt = asyncagents.Caller{SessionID: top.ID}, "child", "RUN:echo child"
+	child, err := m.Launch(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{top.ID: 0, child.ID: 1} {
+		s, err := c.GetSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range s.Permission {
+			if r.Permission == "asyncagents_*" && r.Action == "deny" {
+				n++
+			}
+		}
+		if n != want {
+			t.Errorf("session %s: %d deny rules for the tools (%v), want %d", id, n, s.Permission, want)
+		}
+	}
+	in.Caller = asyncagents.Caller{SessionID: child.ID}
+	if _, err := m.Launch(ctx, in); !errors.Is(err, asyncagents.ErrNestingDepth) {
+		t.Errorf("launch below the depth = %v", err)
+	}
+}

@@ -78,6 +78,7 @@ type Task struct {
 	BatchID         string             `json:"batchID"`              // tasks launched while a sibling runs share it
 	ResumeCount     int                `json:"resumeCount"`          // follow-ups sent
 	Forked          bool               `json:"forked"`               // launched with the parent's context
+	Depth           int                `json:"depth,omitempty"`      // 1, or its parent task's depth + 1
 	Progress        Progress           `json:"progress"`             //
 	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
 	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
