@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,7 +78,15 @@ func (m *Manager) eventLoop() {
 // subscribe reads one connection of the event stream until it ends.
 func (m *Manager) subscribe(b *backoff.ExponentialBackOff) {
 	defer m.recoverAndLog("the event stream")
-	stream, err := m.client.Events(m.ctx)
+	// The handshake gets the request timeout; the stream, once open, lives until it ends.
+	ctx, cancel := context.WithCancel(m.ctx)
+	defer cancel()
+	handshake := time.AfterFunc(m.cfg.requestTimeout, cancel)
+	stream, err := m.client.Events(ctx)
+	if !handshake.Stop() && err == nil {
+		stream.Close()
+		err = errors.New("asyncagents: the event stream did not open in time")
+	}
 	if err != nil {
 		if m.ctx.Err() == nil {
 			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)
@@ -184,6 +193,12 @@ func toolPart(ev opencode.Event) (*opencode.Part, error) {
 	return &opencode.Part{ID: p.Part.ID, Type: p.Part.Type, Tool: p.Part.Tool}, nil
 }
 
+// requestCtx bounds one request of the Manager's own goroutines by the request timeout, so
+// a server that accepts a connection and never answers cannot hold a goroutine.
+func (m *Manager) requestCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.ctx, m.cfg.requestTimeout)
+}
+
 // busyLocked records that the run's session is busy: the poll rechecks it as soon as it
 // is idle again.
 func (m *Manager) busyLocked(e *entry) {
@@ -199,7 +214,9 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	m.mu.Lock()
 	id, dir := e.task.ID, e.task.Directory
 	m.mu.Unlock()
-	st, err := m.client.SessionStatus(m.ctx, dir)
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	st, err := m.client.SessionStatus(ctx, dir)
 	if err != nil {
 		return manager.Verdict{}
 	}
@@ -209,7 +226,7 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 		m.mu.Unlock()
 		return manager.Verdict{}
 	}
-	msgs, err := m.client.Messages(m.ctx, id, reconcileWindow)
+	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
 	if err != nil {
 		return manager.Verdict{}
 	}
@@ -266,7 +283,10 @@ func (m *Manager) sessionDeleted(id string) {
 		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
 	}
 	for _, t := range abort {
-		if err := m.client.Abort(m.ctx, t); err != nil {
+		ctx, cancel := m.requestCtx()
+		err := m.client.Abort(ctx, t)
+		cancel()
+		if err != nil {
 			m.cfg.logger.Warn("asyncagents: abort task of deleted session", "task", t, "err", err)
 		}
 	}
@@ -300,7 +320,9 @@ func (m *Manager) poll() {
 	}
 	m.mu.Unlock()
 	for dir, ids := range dirs {
-		st, err := m.client.SessionStatus(m.ctx, dir)
+		ctx, cancel := m.requestCtx()
+		st, err := m.client.SessionStatus(ctx, dir)
+		cancel()
 		if err != nil {
 			if m.ctx.Err() == nil {
 				m.cfg.logger.Warn("asyncagents: poll session status", "directory", dir, "err", err)
@@ -405,7 +427,9 @@ func (m *Manager) reconcile(id string, idle bool) {
 		}
 	}()
 
-	msgs, err := m.client.Messages(m.ctx, id, reconcileWindow)
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
 	if errors.Is(err, opencode.ErrNotFound) {
 		m.finish(e, rc, StatusCancelled, "", "session deleted")
 		return
@@ -436,9 +460,17 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 		m.mu.Unlock()
 		return
 	}
+	if e.cancelling {
+		st, result, errMsg = StatusCancelled, "", "cancelled"
+		e.cancelling = false
+	}
 	e.task.Status, e.task.Completed = st, m.now()
 	e.task.Result, e.task.Error = result, errMsg
 	e.task.Permission = nil
+	if st == StatusCancelled {
+		e.task.FollowUps = nil // a cancel stops what was queued too
+	}
+	followUp := len(e.task.FollowUps) > 0
 	e.version++
 	close(e.done)
 	if b := m.batches[e.task.BatchID]; b != nil {
@@ -450,4 +482,7 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	}
 	m.mu.Unlock()
 	m.persist(e)
+	if followUp {
+		m.sendFollowUp(e)
+	}
 }

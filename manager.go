@@ -30,9 +30,10 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 
-	baseline string // id of the last message before the run's prompt ("" for a new session)
-	seenBusy bool   // the session went busy during this run
-	sessErr  string // the last session.error of this run
+	cancelling bool   // Cancel is aborting this run: however it ends, it ends cancelled
+	baseline   string // id of the last message before the run's prompt ("" for a new session)
+	seenBusy   bool   // the session went busy during this run
+	sessErr    string // the last session.error of this run
 
 	// While the status poll finds the session idle and the run undecided, its messages are
 	// read again at recheckAt, with a delay that doubles up to maxRecheck.
@@ -157,10 +158,23 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		}
 	}
 	sort.SliceStable(pending, func(i, j int) bool { return created[pending[i].key].Before(created[pending[j].key]) })
+	var followUps []*entry // ended with follow-ups queued: the last Manager stopped before sending
+	for _, e := range m.tasks {
+		if e.task.Status.Terminal() && len(e.task.FollowUps) > 0 {
+			followUps = append(followUps, e)
+		}
+	}
 	for _, ref := range pending { // what the last Manager did not deliver
 		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
 	}
 	m.start()
+	if len(followUps) > 0 {
+		m.goLoop(func() {
+			for _, e := range followUps {
+				m.sendFollowUp(e)
+			}
+		})
+	}
 	return m, nil
 }
 
@@ -600,11 +614,18 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		return Task{}, err
 	}
 	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount
-	m.mu.Unlock()
 	if !st.Active() {
+		m.mu.Unlock()
 		return Task{}, fmt.Errorf("%w: only running tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
 	}
+	e.cancelling = true // the abort's own error, read by a reconcile, must not win
+	m.mu.Unlock()
 	if err := m.client.Abort(ctx, tid); err != nil {
+		m.mu.Lock()
+		if e.task.ResumeCount == rc {
+			e.cancelling = false
+		}
+		m.mu.Unlock()
 		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
 	}
 	m.finish(e, rc, StatusCancelled, "", "cancelled")

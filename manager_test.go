@@ -390,3 +390,45 @@ func TestNestingDepthT17(t *testing.T) {
 		t.Fatalf("a Manager that does not know top as a task: %v", err)
 	}
 }
+
+// T-18: with WithFollowUpQueue(1) a follow-up for a busy task is queued, stored, and sent
+// when the run ends; one more is ErrTaskBusy; a cancel drops the queue.
+func TestFollowUpQueueT18(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	store := &asyncagents.MemoryStore{}
+	m := newManager(t, f, asyncagents.WithFollowUpQueue(1), asyncagents.WithStore(store))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "first")
+	reply, err := tools(m)["asyncagents_task"].Handler(context.Background(), caller, []byte(`{"resume":"`+task.ID+`","prompt":"second"}`))
+	if err != nil || !strings.Contains(reply, "the follow-up is queued (1 waiting)") {
+		t.Fatalf("queued reply = %q, %v", reply, err)
+	}
+	if _, err := m.Resume(context.Background(), caller, task.ID, "third"); !errors.Is(err, asyncagents.ErrTaskBusy) {
+		t.Fatalf("second follow-up = %v, want ErrTaskBusy", err)
+	}
+	if stored, _ := store.Load(context.Background()); len(stored) != 1 || !slices.Equal(stored[0].FollowUps, []string{"second"}) {
+		t.Fatalf("stored = %+v", stored)
+	}
+	_ = f.Release(task.ID, opencodetest.Text("one"))
+	waitFor(t, 10*time.Second, func() bool {
+		tk, _ := m.Get(task.ID)
+		return tk.ResumeCount == 1 && tk.Status == asyncagents.StatusResumed && len(tk.FollowUps) == 0
+	})
+	_ = f.Release(task.ID, opencodetest.Text("two"))
+	if got := await(t, m, caller, task.ID); got.Result != "two" || got.ResumeCount != 1 {
+		t.Fatalf("after the follow-up: %+v", got)
+	}
+	waitNotifications(t, f, caller.SessionID, 2)
+
+	// A cancel drops what was queued.
+	if _, err := m.Resume(context.Background(), caller, task.ID, "third"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(context.Background(), caller, task.ID, "fourth"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Cancel(context.Background(), caller, task.ID)
+	if err != nil || got.Status != asyncagents.StatusCancelled || len(got.FollowUps) != 0 {
+		t.Fatalf("cancel = %+v, %v", got, err)
+	}
+}

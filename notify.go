@@ -48,12 +48,12 @@ type Notification struct {
 	Error     string    `json:"error,omitempty"`    // the last failure
 }
 
-// Delivery: parents are served in parallel, at most notifyWorkers at a time; the
+// Delivery: parents are served in parallel, at most notifyWorkers at a time, each attempt bounded by the request timeout; the
 // notifications of one parent go one at a time, oldest first. A failed attempt is retried
 // after a delay doubling from notifyBackoffMin to notifyBackoffMax until the horizon
 // (WithNotifyHorizon) has passed since the run ended.
 const (
-	notifyWorkers    = 8
+	notifyWorkers    = 32
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
 	flushTimeout     = 5 * time.Second
@@ -227,7 +227,9 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	n, agent := *note, e.task.ParentAgent
 	m.mu.Unlock()
 
-	err := m.attempt(ctx, e, parent, agent, n)
+	actx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout) // a lookup or two, then the post
+	err := m.attempt(actx, e, parent, agent, n)
+	cancel()
 
 	m.mu.Lock()
 	defer func() {

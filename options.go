@@ -38,6 +38,10 @@ const (
 	DefaultNestingDepth = 1
 	// MaxNestingDepth bounds WithNestingDepth.
 	MaxNestingDepth = 8
+	// DefaultRequestTimeout bounds each request the Manager's own goroutines make.
+	DefaultRequestTimeout = 30 * time.Second
+	// MaxFollowUps bounds WithFollowUpQueue.
+	MaxFollowUps = 10
 	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
 	DefaultReconcilers = 4
 	// DefaultNotifyHorizon is how long a parent notification is retried after its run ended
@@ -55,31 +59,34 @@ const (
 )
 
 type config struct {
-	clock         Clock
-	poll          time.Duration
-	pipeline      *fork.Pipeline
-	store         Store
-	logger        *slog.Logger
-	toolPrefix    string
-	notify        bool
-	notifyNoReply bool
-	debugHints    bool
-	nestingDepth  int
-	reconcilers   int
-	notifyHorizon time.Duration
+	clock          Clock
+	poll           time.Duration
+	pipeline       *fork.Pipeline
+	store          Store
+	logger         *slog.Logger
+	toolPrefix     string
+	notify         bool
+	notifyNoReply  bool
+	debugHints     bool
+	nestingDepth   int
+	followUps      int
+	requestTimeout time.Duration
+	reconcilers    int
+	notifyHorizon  time.Duration
 }
 
 func defaultConfig() config {
 	return config{
-		clock:         systemClock{},
-		poll:          DefaultPollInterval,
-		logger:        slog.New(slog.DiscardHandler),
-		toolPrefix:    DefaultToolPrefix,
-		notify:        true,
-		reconcilers:   DefaultReconcilers,
-		nestingDepth:  DefaultNestingDepth,
-		notifyHorizon: DefaultNotifyHorizon,
-		store:         &MemoryStore{},
+		clock:          systemClock{},
+		poll:           DefaultPollInterval,
+		logger:         slog.New(slog.DiscardHandler),
+		toolPrefix:     DefaultToolPrefix,
+		notify:         true,
+		reconcilers:    DefaultReconcilers,
+		nestingDepth:   DefaultNestingDepth,
+		notifyHorizon:  DefaultNotifyHorizon,
+		requestTimeout: DefaultRequestTimeout,
+		store:          &MemoryStore{},
 	}
 }
 
@@ -99,6 +106,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
 	case c.nestingDepth < 1 || c.nestingDepth > MaxNestingDepth:
 		return fmt.Errorf("%w: nesting depth %d must be 1 to %d", ErrInvalidInput, c.nestingDepth, MaxNestingDepth)
+	case c.requestTimeout <= 0:
+		return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidInput, c.requestTimeout)
+	case c.followUps < 0 || c.followUps > MaxFollowUps:
+		return fmt.Errorf("%w: follow-up queue %d must be 0 to %d", ErrInvalidInput, c.followUps, MaxFollowUps)
 	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
 		return fmt.Errorf("%w: reconcilers %d must be 1 to %d", ErrInvalidInput, c.reconcilers, maxReconcilers)
 	case c.notifyHorizon < 0:
@@ -164,6 +175,21 @@ func WithDebugHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.
 // with [ErrNestingDepth]. Defaults to [DefaultNestingDepth] (1: no nesting); 1 to
 // [MaxNestingDepth].
 func WithNestingDepth(n int) Option { return optionFunc(func(cfg *config) { cfg.nestingDepth = n }) }
+
+// WithFollowUpQueue lets [Manager.Resume] queue up to n follow-ups for a task that is
+// running or resumed; they are sent one by one, each when the run before it ends (not after
+// a cancel, which drops them). The queue is part of the task's record (Task.FollowUps).
+// Defaults to 0: a follow-up for an active task is [ErrTaskBusy]; 0 to [MaxFollowUps].
+func WithFollowUpQueue(n int) Option { return optionFunc(func(cfg *config) { cfg.followUps = n }) }
+
+// WithRequestTimeout bounds each request that the Manager's own goroutines make (status
+// polls, message reads, aborts, notifications, the opening of the event stream), so a server
+// that accepts connections but does not answer — as OpenCode does for a moment while it
+// starts — holds up nothing for long. Operations called by the host use the host's ctx
+// instead. Defaults to [DefaultRequestTimeout]; must be positive.
+func WithRequestTimeout(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.requestTimeout = d })
+}
 
 // WithReconcilers sets how many goroutines read the messages of sessions that went idle.
 // Defaults to [DefaultReconcilers]; 1 to 64.

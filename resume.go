@@ -10,19 +10,24 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
-// Resume sends a follow-up prompt to the caller's finished task (completed, error or
-// cancelled), in the same session with the same agent, model and permission rules, and
-// returns at once with the task in [StatusResumed] and its ResumeCount incremented. When the
-// reply is done the task is completed (or error) again, and the parent gets a resume
-// notification. Durations count from the resume.
+// Resume sends a follow-up prompt to the caller's task, in the same session with the same
+// agent, model and permission rules, and returns at once.
+//
+// For an ended task (completed, error or cancelled) the follow-up is sent now: the task is
+// [StatusResumed] with its ResumeCount incremented, and when the reply is done it is
+// completed (or error) again and the parent gets a resume notification. Durations count
+// from the resume. For a task that is running or resumed, the follow-up is queued when
+// [WithFollowUpQueue] allows it (the returned task lists it in FollowUps) and sent when the
+// current run ends, unless that run was cancelled; otherwise it is [ErrTaskBusy].
 //
 // It checks the session first (GET /session/{id}) and reads its last message
 // (GET /session/{id}/message?limit=1), then sends the prompt
 // (POST /session/{id}/prompt_async). Errors, each leaving the task unchanged:
 // [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
-// [ErrTaskBusy] (the task is running or resumed), [ErrSessionExpired] (the server no longer
-// has the session), [ErrClosed], or the server's error. A failure to send the prompt leaves
-// the task in [StatusError] with the reason and returns it with the error.
+// [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrSessionExpired]
+// (the server no longer has the session), [ErrClosed], or the server's error. A failure to
+// send the prompt leaves the task in [StatusError] with the reason and returns it with the
+// error.
 func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) (Task, error) {
 	if strings.TrimSpace(prompt) == "" {
 		return Task{}, fmt.Errorf("%w: prompt is required to resume a task", ErrInvalidInput)
@@ -35,12 +40,37 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	if err != nil {
 		return Task{}, err
 	}
-	tid, st := e.task.ID, e.task.Status
-	m.mu.Unlock()
-	if st.Active() {
-		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
+	if e.task.Status.Active() {
+		t, err := m.queueFollowUpLocked(e, prompt)
+		m.mu.Unlock()
+		if err == nil {
+			m.persist(e)
+		}
+		return t, err
 	}
+	m.mu.Unlock()
+	return m.resume(ctx, e, prompt)
+}
 
+// queueFollowUpLocked queues prompt for the active task e, or returns ErrTaskBusy.
+func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
+	t := &e.task
+	if len(t.FollowUps) >= m.cfg.followUps {
+		if m.cfg.followUps == 0 {
+			return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, t.ID, t.Status)
+		}
+		return Task{}, fmt.Errorf("%w: %s is %s and %d follow-up(s) already wait; wait for it or cancel it", ErrTaskBusy, t.ID, t.Status, len(t.FollowUps))
+	}
+	t.FollowUps = append(t.FollowUps, prompt)
+	e.version++
+	return m.viewLocked(e), nil
+}
+
+// resume sends prompt to the ended task e.
+func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, error) {
+	m.mu.Lock()
+	tid := e.task.ID
+	m.mu.Unlock()
 	if _, err := m.client.GetSession(ctx, tid); err != nil {
 		if errors.Is(err, opencode.ErrNotFound) {
 			return Task{}, fmt.Errorf("%w: session %s was deleted; start a new task", ErrSessionExpired, tid)
@@ -68,7 +98,7 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
 	t.Prompt = prompt
 	e.done = make(chan struct{})
-	e.baseline, e.seenBusy, e.sessErr = "", false, ""
+	e.baseline, e.seenBusy, e.sessErr, e.cancelling = "", false, "", false
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
@@ -90,4 +120,23 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		return m.failLaunch(e, rc, fmt.Errorf("asyncagents: send follow-up: %w", err))
 	}
 	return m.snapshot(e), nil
+}
+
+// sendFollowUp sends the first queued follow-up of the ended task e, if any. A failure is
+// recorded on the task (and the next follow-up, if any, is tried when that is final).
+func (m *Manager) sendFollowUp(e *entry) {
+	m.mu.Lock()
+	if e.removed || e.task.Status.Active() || len(e.task.FollowUps) == 0 {
+		m.mu.Unlock()
+		return
+	}
+	prompt := e.task.FollowUps[0]
+	e.task.FollowUps = e.task.FollowUps[1:]
+	e.version++
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.requestTimeout)
+	defer cancel()
+	if _, err := m.resume(ctx, e, prompt); err != nil {
+		m.cfg.logger.Warn("asyncagents: send queued follow-up", "task", e.task.ID, "err", err)
+	}
 }

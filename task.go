@@ -77,6 +77,7 @@ type Task struct {
 	Retrieved       time.Time          `json:"retrieved,omitzero"`   // when Output first returned the result
 	BatchID         string             `json:"batchID"`              // tasks launched while a sibling runs share it
 	ResumeCount     int                `json:"resumeCount"`          // follow-ups sent
+	FollowUps       []string           `json:"followUps,omitempty"`  // follow-ups queued while active
 	Forked          bool               `json:"forked"`               // launched with the parent's context
 	Depth           int                `json:"depth,omitempty"`      // 1, or its parent task's depth + 1
 	Progress        Progress           `json:"progress"`             //
@@ -120,6 +121,7 @@ func (t *Task) clone() Task {
 	c.Progress.Tools = maps.Clone(t.Progress.Tools)
 	c.Progress.LastTools = slices.Clone(t.Progress.LastTools)
 	c.Notifications = slices.Clone(t.Notifications)
+	c.FollowUps = slices.Clone(t.FollowUps)
 	if t.ForkStats != nil {
 		s := *t.ForkStats
 		c.ForkStats = &s

@@ -172,6 +172,11 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 			return "", err
 		}
 		var b strings.Builder
+		if len(t.FollowUps) > 0 { // queued behind the current run
+			fmt.Fprintf(&b, "Task %s is %s: the follow-up is queued (%d waiting) and will be sent when the current run ends. "+
+				"A notification will come for each run; %s_output(task_id=%q) shows its status.", t.DisplayID, t.Status, len(t.FollowUps), h.prefix, t.DisplayID)
+			return b.String(), nil
+		}
 		fmt.Fprintf(&b, "Resumed task %s (resume #%d): the follow-up runs in the background in the same session. "+
 			"A notification will come when it finishes; %s_output(task_id=%q) shows its status.", t.DisplayID, t.ResumeCount, h.prefix, t.DisplayID)
 		if in.Agent != "" || in.Description != "" || in.Model != "" {

@@ -60,8 +60,9 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     session was seen idle, Unfinished: the caller confirms with GET /session/status
 //     that the loop is not running, reads the messages again and decides with
 //     Run.Confirmed, which makes a step still unfinished Failed with [Interrupted].
-//   - It finished with "tool-calls": Running, unless the session is idle: then the loop
-//     halted and the run Failed with [HaltedAfterToolCall].
+//   - It finished with "tool-calls": Running while the loop goes on to the next step; when
+//     the session was seen idle, Unfinished, and with Run.Confirmed Failed with
+//     [HaltedAfterToolCall]: the loop halted.
 //   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
 func Decide(msgs []opencode.Message, run Run) Verdict {
 	start := 0
@@ -92,8 +93,11 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 		}
 		return Verdict{}
 	case last.Info.Finish == "tool-calls":
-		if run.Idle {
+		switch {
+		case run.Idle && run.Confirmed:
 			return Verdict{Outcome: Failed, Error: HaltedAfterToolCall}
+		case run.Idle: // an idle between two steps would be stale: confirm first
+			return Verdict{Outcome: Unfinished}
 		}
 		return Verdict{}
 	}

@@ -434,6 +434,8 @@ func FullTask(id string, n int) asyncagents.Task {
 		BatchID:         "batch_1",
 		ResumeCount:     n%3 + 1,
 		Forked:          true,
+		Depth:           n%2 + 1,
+		FollowUps:       []string{"follow up " + id},
 		Progress: asyncagents.Progress{
 			ToolCalls: n + 5,
 			Tools:     map[string]int{"read": n + 2, "grep": 2, "bash": 1},
