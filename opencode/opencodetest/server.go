@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,13 +122,18 @@ type Server struct {
 	// Version is what GET /global/health reported.
 	Version string
 
-	password  string
-	ownModel  bool
-	ownRoot   string
-	cmd       *exec.Cmd
-	exited    chan struct{}
-	logs      *logBuffer
-	closeOnce sync.Once
+	password     string
+	ownModel     bool
+	ownRoot      string
+	bin          string
+	startTimeout time.Duration
+	logs         *logBuffer
+	closeOnce    sync.Once
+
+	mu     sync.Mutex // guards the process fields: Restart replaces them
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	closed bool
 }
 
 var listenLine = regexp.MustCompile(`listening on (http://[0-9.:\[\]a-z]+)`)
@@ -142,7 +150,7 @@ func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err erro
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Model: cfg.model, password: cfg.password, exited: make(chan struct{}), logs: &logBuffer{}}
+	s := &Server{Model: cfg.model, password: cfg.password, bin: bin, startTimeout: cfg.startTimeout, logs: &logBuffer{}}
 	if s.Model == nil {
 		s.Model, s.ownModel = NewModel(), true
 	}
@@ -165,51 +173,169 @@ func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err erro
 	if err := s.writeProject(cfg); err != nil {
 		return nil, err
 	}
-
-	s.cmd = exec.Command(bin, "serve", "--hostname", "127.0.0.1", "--port", "0", "--print-logs", "--pure")
-	s.cmd.Dir = s.Directory
-	s.cmd.Env = s.environ()
-	s.cmd.Stdout = s.logs
-	s.cmd.Stderr = s.logs
-	startOwnGroup(s.cmd)
-	s.cmd.WaitDelay = 2 * time.Second
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("opencodetest: start %s: %w", bin, err)
+	err = s.launch(ctx, 0)
+	if errors.Is(err, errExitedEarly) { // the free port was taken meanwhile, perhaps
+		s.stop()
+		err = s.launch(ctx, 0)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts `opencode serve` on port (0: a free port) and waits until it answers
+// GET /global/health, then sets URL and Version. On failure the process is left for stop.
+func (s *Server) launch(ctx context.Context, port int) error {
+	if port == 0 {
+		// Not --port 0: OpenCode then takes 4096 whenever it is free, so a restarted server
+		// could come back on the port another server just left, and its clients reach a
+		// server that is not theirs.
+		p, err := freePort()
+		if err != nil {
+			return fmt.Errorf("opencodetest: find a free port: %w", err)
+		}
+		port = p
+	}
+	cmd := exec.Command(s.bin, "serve", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--print-logs", "--pure")
+	cmd.Dir = s.Directory
+	cmd.Env = s.environ()
+	mark := s.logs.Len() // the listen line of this process comes after what earlier ones printed
+	cmd.Stdout = s.logs
+	cmd.Stderr = s.logs
+	startOwnGroup(cmd)
+	cmd.WaitDelay = 2 * time.Second
+	exited := make(chan struct{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errServerClosed
+	}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("opencodetest: start %s: %w", s.bin, err)
+	}
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
 	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
+		_ = cmd.Wait()
+		close(exited)
 	}()
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
 	defer cancel()
-	for s.URL == "" {
-		if m := listenLine.FindStringSubmatch(s.logs.String()); m != nil {
-			s.URL = m[1]
+	url := ""
+	for url == "" {
+		if m := listenLine.FindStringSubmatch(s.logs.Since(mark)); m != nil {
+			url = m[1]
 			break
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("opencodetest: opencode serve exited before listening:\n%s", s.logs.Tail(4000))
+		case <-exited:
+			return fmt.Errorf("%w:\n%s", errExitedEarly, s.logs.Tail(4000))
 		case <-ctx.Done():
-			return nil, fmt.Errorf("opencodetest: opencode serve did not listen within %v:\n%s", cfg.startTimeout, s.logs.Tail(4000))
+			return fmt.Errorf("opencodetest: opencode serve did not listen within %v:\n%s", s.startTimeout, s.logs.Tail(4000))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	s.URL = url
 	c := s.Client()
 	for {
 		v, err := c.Health(ctx)
 		if err == nil {
 			s.Version = v
-			return s, nil
+			return nil
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("opencodetest: opencode serve exited:\n%s", s.logs.Tail(4000))
+		case <-exited:
+			return fmt.Errorf("opencodetest: opencode serve exited:\n%s", s.logs.Tail(4000))
 		case <-ctx.Done():
-			return nil, fmt.Errorf("opencodetest: opencode serve not healthy within %v (%v):\n%s", cfg.startTimeout, err, s.logs.Tail(4000))
+			return fmt.Errorf("opencodetest: opencode serve not healthy within %v (%v):\n%s", s.startTimeout, err, s.logs.Tail(4000))
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var (
+	errExitedEarly  = errors.New("opencodetest: opencode serve exited before listening")
+	errServerClosed = errors.New("opencodetest: server closed")
+)
+
+// Restart stops the server's process group as Close does (SIGTERM, then SIGKILL after 5 s;
+// on Windows it kills the process) and starts `opencode serve` again on the same HOME, XDG
+// folders and project folder, with the same configuration and Model. What the server stored
+// survives: sessions, their messages and parts, the last step of an interrupted run as it
+// was (no finish, no completion time, no error). Runs in progress do not: after the restart
+// every session is idle and nothing tells clients so (no event is sent for them).
+//
+// The server comes back on the same port when it is free (it returns when the new process
+// answers GET /global/health), else on another; Restart then updates URL. Clients made with
+// [Server.Client] before keep the URL they were made with. OpenCode 1.18.33 accepts
+// connections a moment before it is ready and never answers requests that arrive then: a
+// client that keeps calling the port during Restart can be left waiting. To restart under a
+// client without that, put a [Proxy] in between, make it refuse requests during Restart, then
+// [Proxy.SetUpstream] to the new URL.
+//
+// Restart returns an error when ctx ends or the server does not come back (bounded by
+// [WithStartTimeout]); the server is then stopped and Close still removes its folders. It
+// also updates Version and PID. It must not be called concurrently with Close, Client,
+// another Restart or reads of URL; after Close it returns an error.
+func (s *Server) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return errServerClosed
+	}
+	port := 0
+	if u, err := neturl.Parse(s.URL); err == nil {
+		port, _ = strconv.Atoi(u.Port())
+	}
+	s.stop()
+	err := s.launch(ctx, port)
+	if errors.Is(err, errExitedEarly) && port != 0 { // the port was taken meanwhile
+		s.stop()
+		err = s.launch(ctx, 0)
+	}
+	if err != nil {
+		s.stop()
+		return fmt.Errorf("opencodetest: restart: %w", err)
+	}
+	return nil
+}
+
+// stop ends the current process group, if any, and waits for it.
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	p := cmd.Process
+	_ = terminateGroup(p)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = killGroup(p)
+		<-exited
+	}
+	// Children that ignored SIGTERM (a tool's shell) go with the group. Wait until the group
+	// is empty: before 1.17 the npm bin is a Node launcher whose child, the server itself,
+	// may still be exiting when the launcher is gone. killGroup fails once no member is left
+	// (on Windows: once the process has exited).
+	for deadline := time.Now().Add(5 * time.Second); killGroup(p) == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -302,6 +428,8 @@ func (s *Server) Client(opts ...opencode.ClientOption) *opencode.HTTPClient {
 // PID returns the server's process id. On Unix it is also the id of the server's process
 // group.
 func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
 		return 0
 	}
@@ -316,18 +444,10 @@ func (s *Server) Logs() string { return s.logs.String() }
 // folders it created. It is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
-		if s.cmd != nil && s.cmd.Process != nil {
-			p := s.cmd.Process
-			_ = terminateGroup(p)
-			select {
-			case <-s.exited:
-			case <-time.After(5 * time.Second):
-				_ = killGroup(p)
-				<-s.exited
-			}
-			// Children that ignored SIGTERM (a tool's shell) go with the group.
-			_ = killGroup(p)
-		}
+		s.stop()
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		if s.ownModel && s.Model != nil {
 			s.Model.Close()
 		}
@@ -388,8 +508,9 @@ func (sh *Shared) Close() {
 
 // logBuffer collects process output, keeping the last 1 MiB.
 type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
+	mu    sync.Mutex
+	buf   []byte
+	total int // bytes written so far
 }
 
 const maxLog = 1 << 20
@@ -398,6 +519,7 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf = append(l.buf, p...)
+	l.total += len(p)
 	if len(l.buf) > maxLog {
 		l.buf = append(l.buf[:0], l.buf[len(l.buf)-maxLog:]...)
 	}
@@ -408,6 +530,24 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return string(l.buf)
+}
+
+// Len returns how many bytes were written so far (including those no longer kept).
+func (l *logBuffer) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Since returns what was written after the first mark bytes, as far as it is kept.
+func (l *logBuffer) Since(mark int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	skip := mark - (l.total - len(l.buf))
+	if skip <= 0 {
+		return string(l.buf)
+	}
+	return string(l.buf[skip:])
 }
 
 // Tail returns the last n bytes of the log.
