@@ -5,9 +5,14 @@
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
+#   make test-versions  the race tests (real-server suite included) and a capture run against the
+#               pinned server and each older release in tools/opencode-versions/ (not run by CI);
+#               TEST_VERSIONS="1.14.41" picks others, TESTFLAGS="-v" is passed to go test
 #
 # The OpenCode server is the npm package opencode-ai, pinned in tools/opencode/package-lock.json
 # and installed with `npm ci` into .cache/opencode. Go modules come through the module proxy.
+# Older releases for test-versions are pinned in tools/opencode-versions/<version>/ and
+# installed the same way into .cache/opencode-<version>.
 
 SHELL        := bash
 GO           ?= go
@@ -20,7 +25,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race demo bench testdata opencode clean
+.PHONY: all test vet compat fmt-check race demo bench testdata opencode test-versions clean
 
 all: test
 
@@ -70,6 +75,51 @@ bench: opencode
 testdata: opencode
 	ASYNCAGENTS_CAPTURE=1 $(GO) test -count=1 -run TestCaptureTestdata ./fork/
 	$(GO) test -count=1 ./fork/ -run TestGolden -update
+
+# test-versions runs the race tests against each version in TEST_VERSIONS, one after the other,
+# with OPENCODE_BIN pointing at that version's binary, and TestCaptureTestdata (compaction
+# prune and summarize) in a scratch copy of the module, since it rewrites fork/testdata. It goes
+# on after a failing version and fails at the end, naming the versions that failed.
+OPENCODE_VERSIONS := $(sort $(notdir $(wildcard tools/opencode-versions/*)))
+# 1.14.41 is pinned too but not in the default list: it fails four checks of the client
+# conformance test on purpose (README, Known limits).
+TEST_VERSIONS     ?= $(OPENCODE_PIN) 1.17.19 1.15.13
+ifneq ($(filter test-versions,$(MAKECMDGOALS)),)
+ifneq ($(filter-out $(OPENCODE_PIN) $(OPENCODE_VERSIONS),$(TEST_VERSIONS)),)
+$(error TEST_VERSIONS: no pin for $(filter-out $(OPENCODE_PIN) $(OPENCODE_VERSIONS),$(TEST_VERSIONS)); known: $(OPENCODE_PIN) $(OPENCODE_VERSIONS))
+endif
+endif
+# opencode_dir is where version $(1) is installed: the pin in .cache/opencode, others beside it.
+opencode_dir = $(if $(filter $(OPENCODE_PIN),$(1)),$(OPENCODE_DIR),$(CURDIR)/.cache/opencode-$(1))
+opencode_xdg = XDG_CONFIG_HOME=$(1)/home/.config XDG_DATA_HOME=$(1)/home/.local/share \
+	XDG_CACHE_HOME=$(1)/home/.cache XDG_STATE_HOME=$(1)/home/.local/state
+
+# The older pins install as the pinned one does (see the opencode target).
+$(CURDIR)/.cache/opencode-%/.installed: tools/opencode-versions/%/package.json tools/opencode-versions/%/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is required to install opencode-ai (Node.js >= 18)"; exit 1; }
+	rm -rf $(@D) && mkdir -p $(@D)
+	cp $^ $(@D)/
+	cd $(@D) && $(call opencode_xdg,$(@D)) npm install --no-audit --no-fund --loglevel=error
+	@$(call opencode_xdg,$(@D)) $(@D)/node_modules/.bin/opencode --version >/dev/null 2>&1 || \
+	  (cd $(@D)/node_modules/opencode-ai && $(call opencode_xdg,$(@D)) node postinstall.mjs)
+	@v=$$($(call opencode_xdg,$(@D)) $(@D)/node_modules/.bin/opencode --version) && [ "$$v" = "$*" ] || \
+	  { echo "opencode --version: want $*, got '$$v'"; exit 1; }
+	touch $@
+
+TEST_VERSIONS_SRC := $(CURDIR)/.cache/test-versions-src
+test-versions: $(foreach v,$(TEST_VERSIONS),$(if $(filter $(OPENCODE_PIN),$(v)),opencode,$(call opencode_dir,$(v))/.installed))
+	@failed=; for v in $(TEST_VERSIONS); do \
+	  bin=$$(if [ "$$v" = "$(OPENCODE_PIN)" ]; then echo $(OPENCODE_DIR); else echo $(CURDIR)/.cache/opencode-$$v; fi)/node_modules/.bin/opencode; \
+	  echo "=== opencode $$v: go test -race ./..."; \
+	  OPENCODE_BIN=$$bin $(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) ./... || failed="$$failed $$v"; \
+	  echo "=== opencode $$v: TestCaptureTestdata (in $(TEST_VERSIONS_SRC))"; \
+	  rm -rf $(TEST_VERSIONS_SRC) && mkdir -p $(TEST_VERSIONS_SRC) && \
+	    tar -c --exclude=./.cache --exclude=./.git . | tar -x -C $(TEST_VERSIONS_SRC) && \
+	    (cd $(TEST_VERSIONS_SRC) && OPENCODE_BIN=$$bin ASYNCAGENTS_CAPTURE=1 $(GO) test -count=1 -run TestCaptureTestdata ./fork/) || \
+	    failed="$$failed $$v(capture)"; \
+	  rm -rf $(TEST_VERSIONS_SRC); \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-versions: failed on:$$failed"; exit 1; fi; echo "test-versions: all passed on $(TEST_VERSIONS)"
 
 clean:
 	rm -rf .cache

@@ -346,7 +346,10 @@ func parseRequest(body []byte) (*Request, error) {
 	}
 	_, last := r.LastUser()
 	switch sys := r.System(); {
-	case strings.Contains(sys, "summarization agent") || strings.Contains(last, "<conversation>"):
+	case strings.Contains(sys, "summarization agent") || strings.Contains(last, "<conversation>"),
+		// Before 1.18 (checked on 1.14.41 and 1.17.19): "You are an anchored context
+		// summarization assistant", the history as chat messages before the instruction.
+		strings.Contains(sys, "summarization assistant"):
 		r.Kind = KindCompaction
 	case len(r.Tools) == 0 && strings.Contains(strings.ToLower(sys), "title"):
 		r.Kind = KindTitle
@@ -376,6 +379,12 @@ func (m *Model) chat(w http.ResponseWriter, hr *http.Request) {
 func compactionReply(req *Request) Reply {
 	_, conv := req.LastUser()
 	n := strings.Count(conv, "[Assistant tool call]")
+	if !strings.Contains(conv, "<conversation>") {
+		// Before 1.18 the transcript is the request's own messages.
+		for _, m := range req.Messages {
+			n += len(m.ToolCalls)
+		}
+	}
 	prior := strings.Contains(conv, "<prior-summary>") || strings.Contains(conv, "<previous-summary>")
 	return Text(fmt.Sprintf("## Objective\n- Scripted work.\n\n## Important Details\n"+
 		"- Scripted summary; tool calls in transcript: %d; prior summary: %t\n\n"+
