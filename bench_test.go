@@ -1,0 +1,1254 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"iter"
+	"net"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// Scale benchmarks (P-3, P-4): many tasks on one Manager, launched, held busy, then finished
+// in a burst or spread out, with or without a host goroutine blocked in Output on each.
+//
+// They run on leanServer, an in-process OpenCode written for them, not on
+// opencodetest.FakeClient: the fake renders every event and message with encoding/json under
+// one lock and runs a goroutine per session, so at these counts its own work is most of the
+// process's CPU and it holds a goroutine per task, which hides what the Manager costs and how
+// many goroutines it owns. leanServer keeps the same ids, messages and event sequence (the
+// types, order, shapes and sizes the fake sends for a one-step text reply) with hand-built
+// JSON and no goroutines. BenchmarkFakeClientBurstP3 runs one configuration on the fake for
+// comparison.
+//
+// Each iteration is one whole scenario on a new Manager with the default options (the
+// default MemoryStore, wrapped to see when every task is done): create the parents; launch
+// the tasks from scaleLaunchers goroutines; wait until the Manager has read the launch
+// events; optionally park one Output(Block) goroutine per task; end the runs (in launch
+// order, at once or at scaleSpreadRate per second) and wait until every task is terminal
+// and every notification delivered. Reported per iteration or per task:
+//
+//	launches/s            tasks launched per second of wall time
+//	cpu-us/launch         process CPU time (getrusage) of the launch phase per task
+//	cpu-us/completion     process CPU time from the first run's end until every task is
+//	                      terminal and notified, per task
+//	idle-done-p50/p99-ms  from the session.idle of a run (the status idle event that
+//	                      precedes it, as the server emits them) to Task.Completed
+//	idle-read-p50/p99-ms  from the same idle to the Manager's event loop reading it
+//	                      (leanServer only): how far the event loop lags
+//	by-poll-%             tasks whose messages were read before the event loop read their
+//	                      idle: decided by the status poll (leanServer only)
+//	idle-out-p50/p99-ms   from the same idle to the return of the blocked Output
+//	idle-note-p50-ms      from the same idle to the notification's Delivered time
+//	goroutines            the most goroutines alive during the launch and finish phases
+//	mgr-goroutines        the same, less the benchmark's own (launchers, Output waiters,
+//	                      the sampler) and those alive before New: the Manager's
+//	heap-B/task           heap (after GC) that closing and dropping the Manager frees, per
+//	                      task, with every task completed and notified
+//	store-B/task          the same for the default MemoryStore
+//	req/task, X-req/task  requests to the opencode.Client per task, in all and per method
+//
+// The 10,000-task cases run only when the -bench pattern names them (it contains
+// "tasks=10000"); -bench . covers 100 and 1,000.
+
+const (
+	scaleLaunchers  = 4    // goroutines calling Launch
+	scaleSpreadRate = 5000 // runs ended per second when spread
+	scaleDeadline   = 5 * time.Minute
+)
+
+type scaleCase struct {
+	tasks     int
+	perParent int // tasks per parent; 0: all under one parent
+	burst     bool
+	output    bool // one goroutine blocked in Output per task
+}
+
+func (c scaleCase) name() string {
+	parents, finish, output := "one", "spread", "none"
+	if c.perParent > 0 {
+		parents = strconv.Itoa(c.perParent)
+	}
+	if c.burst {
+		finish = "burst"
+	}
+	if c.output {
+		output = "blocked"
+	}
+	return fmt.Sprintf("tasks=%d/parent=%s/finish=%s/output=%s", c.tasks, parents, finish, output)
+}
+
+// benchPattern is the -bench pattern of this run.
+func benchPattern() string {
+	if f := flag.Lookup("test.bench"); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// BenchmarkScaleP3P4 runs the scale scenarios described at the top of this file on
+// leanServer: 100, 1,000 and 10,000 tasks, under one parent or 10 per parent, finished in a
+// burst or spread, with or without a blocked Output per task.
+func BenchmarkScaleP3P4(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		for _, per := range []int{0, 10} {
+			for _, burst := range []bool{true, false} {
+				for _, output := range []bool{false, true} {
+					c := scaleCase{tasks: n, perParent: per, burst: burst, output: output}
+					b.Run(c.name(), func(b *testing.B) {
+						if n >= 10000 && !strings.Contains(benchPattern(), "tasks=10000") {
+							b.Skip("select with -bench 'ScaleP3P4/tasks=10000'")
+						}
+						runScale(b, c, newLeanBackend)
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkFakeClientBurstP3 runs 1,000 tasks under one parent, burst, on opencodetest's
+// FakeClient, to show how much of the process's work is the fake's. The idle time is taken
+// when Release is called; goroutine counts include the fake's goroutine per held run.
+func BenchmarkFakeClientBurstP3(b *testing.B) {
+	runScale(b, scaleCase{tasks: 1000, burst: true}, newFakeBackend)
+}
+
+// scaleBackend is the OpenCode a scale benchmark runs on.
+type scaleBackend interface {
+	opencode.Client
+	// end lets the run of a session end with a text reply and returns the time its idle was
+	// emitted, or the time end was called when that is not known.
+	end(id string) time.Time
+	// settled reports that every event sent so far was read.
+	settled() bool
+	// goroutinesPerRun is how many goroutines the backend keeps per held run.
+	goroutinesPerRun() int
+	Close() error
+}
+
+func runScale(b *testing.B, c scaleCase, newBackend func() scaleBackend) {
+	var (
+		launchWall, launchCPU, finishCPU time.Duration
+		cpuOK                            = true
+		done, out, note                  []time.Duration
+		read                             []time.Duration
+		reconciles, early                int
+		maxG, maxMgrG                    int
+		fakeG                            bool // the backend's goroutines blur the count
+		heap, storeHeap                  float64
+		reqs                             map[string]int64
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.StopTimer()
+	for range b.N {
+		r := scaleRun(b, c, newBackend)
+		launchWall += r.launchWall
+		launchCPU += r.launchCPU
+		finishCPU += r.finishCPU
+		cpuOK = cpuOK && r.cpuOK
+		done = append(done, r.done...)
+		out = append(out, r.out...)
+		note = append(note, r.note...)
+		read = append(read, r.read...)
+		reconciles, early = reconciles+r.reconciles, early+r.early
+		maxG, maxMgrG = max(maxG, r.maxG), max(maxMgrG, r.maxMgrG)
+		fakeG = fakeG || r.fakeG
+		heap, storeHeap = r.heap, r.storeHeap
+		if reqs == nil {
+			reqs = map[string]int64{}
+		}
+		for k, v := range r.reqs {
+			reqs[k] += v
+		}
+	}
+	total := float64(c.tasks * b.N)
+	b.ReportMetric(total/launchWall.Seconds(), "launches/s")
+	if cpuOK {
+		b.ReportMetric(float64(launchCPU.Microseconds())/total, "cpu-us/launch")
+		b.ReportMetric(float64(finishCPU.Microseconds())/total, "cpu-us/completion")
+	}
+	b.ReportMetric(millis(quantile(done, 0.5)), "idle-done-p50-ms")
+	b.ReportMetric(millis(quantile(done, 0.99)), "idle-done-p99-ms")
+	if len(read) > 0 {
+		b.ReportMetric(millis(quantile(read, 0.5)), "idle-read-p50-ms")
+		b.ReportMetric(millis(quantile(read, 0.99)), "idle-read-p99-ms")
+		b.ReportMetric(100*float64(early)/float64(reconciles), "by-poll-%")
+	}
+	if c.output {
+		b.ReportMetric(millis(quantile(out, 0.5)), "idle-out-p50-ms")
+		b.ReportMetric(millis(quantile(out, 0.99)), "idle-out-p99-ms")
+	}
+	b.ReportMetric(millis(quantile(note, 0.5)), "idle-note-p50-ms")
+	b.ReportMetric(float64(maxG), "goroutines")
+	if !fakeG {
+		b.ReportMetric(float64(maxMgrG), "mgr-goroutines")
+	}
+	b.ReportMetric(heap, "heap-B/task")
+	b.ReportMetric(storeHeap, "store-B/task")
+	var all int64
+	for k, v := range reqs {
+		all += v
+		b.ReportMetric(float64(v)/total, k+"-req/task")
+	}
+	b.ReportMetric(float64(all)/total, "req/task")
+}
+
+type scaleResult struct {
+	launchWall, launchCPU, finishCPU time.Duration
+	cpuOK                            bool
+	done, out, note                  []time.Duration
+	read                             []time.Duration // idle sent → read by the event loop, where the backend tells
+	reconciles, early                int             // tasks with read times; those decided before
+	maxG, maxMgrG                    int
+	fakeG                            bool
+	heap, storeHeap                  float64
+	reqs                             map[string]int64
+}
+
+// scaleRun runs one scenario; only its launch and finish phases are timed.
+func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scaleResult) {
+	ctx := context.Background()
+	n := c.tasks
+	runtime.GC()
+	base := runtime.NumGoroutine()
+
+	srv := newBackend()
+	defer srv.Close()
+	cc := &countingClient{Client: srv}
+	store := newBenchStore(n)
+	m, err := asyncagents.New(cc, asyncagents.WithStore(store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = m.Close(ctx)
+		}
+	}()
+	nParents := 1
+	if c.perParent > 0 {
+		nParents = (n + c.perParent - 1) / c.perParent
+	}
+	callers := make([]asyncagents.Caller, nParents)
+	for i := range callers {
+		s, err := srv.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		callers[i] = asyncagents.Caller{SessionID: s.ID, Agent: "build"}
+	}
+	callerOf := func(i int) asyncagents.Caller {
+		if c.perParent == 0 {
+			return callers[0]
+		}
+		return callers[i/c.perParent]
+	}
+
+	// Launch.
+	ids := make([]string, n)
+	var (
+		next     atomic.Int64
+		launched sync.WaitGroup
+		errs     = make(chan error, scaleLaunchers)
+		release  = make(chan struct{})
+	)
+	launched.Add(scaleLaunchers)
+	smp := sampleGoroutines(base + 1 + scaleLaunchers)
+	cpu0, ok0 := processCPU()
+	b.StartTimer()
+	t0 := time.Now()
+	for range scaleLaunchers {
+		go func() {
+			defer func() { <-release }() // stay until the phase is measured
+			defer launched.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: callerOf(i), Description: "scan part " + strconv.Itoa(i),
+					Prompt: "Scan the next part of the logs and report what you find.", Agent: "general"})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = t.ID
+			}
+		}()
+	}
+	launched.Wait()
+	r.launchWall = time.Since(t0)
+	b.StopTimer()
+	cpu1, ok1 := processCPU()
+	g, mg := smp.stop()
+	close(release)
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	r.launchCPU, r.maxG, r.maxMgrG = cpu1-cpu0, g, mg
+	r.fakeG = srv.goroutinesPerRun() > 0
+
+	// Let the Manager read the launch events, and the fake's runs reach their hold.
+	for deadline := time.Now().Add(scaleDeadline); !srv.settled(); {
+		if time.Now().After(deadline) {
+			b.Fatal("launch events not read in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	// Park one Output per task.
+	outAt := make([]time.Time, n)
+	hold := make(chan struct{})
+	var parked, returned, exited sync.WaitGroup
+	defer func() { // on a failure, let the waiters go before the benchmark ends
+		select {
+		case <-hold:
+		default:
+			if !closed {
+				_ = m.Close(ctx)
+				closed = true
+			}
+			close(hold)
+			exited.Wait()
+		}
+	}()
+	waiters := 0
+	if c.output {
+		waiters = n
+		parked.Add(n)
+		returned.Add(n)
+		exited.Add(n)
+		for i := range n {
+			go func() {
+				defer exited.Done()
+				parked.Done()
+				o, err := m.Output(ctx, callerOf(i), ids[i], asyncagents.OutputOptions{Block: true, Timeout: asyncagents.MaxOutputTimeout})
+				outAt[i] = time.Now()
+				if err != nil || o.Task.Status != asyncagents.StatusCompleted {
+					b.Errorf("Output(%s) = %v, %v", ids[i], o.Task.Status, err)
+				}
+				returned.Done()
+				<-hold
+			}()
+		}
+		parked.Wait()
+		time.Sleep(20*time.Millisecond + time.Duration(n)*5*time.Microsecond) // until they wait
+	}
+
+	// Finish.
+	idleAt := make([]time.Time, n)
+	smp = sampleGoroutines(base + 2 + waiters + srv.goroutinesPerRun()*n) // the sampler and the finisher
+	cpu2, ok2 := processCPU()
+	b.StartTimer()
+	t2 := time.Now()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		every := time.Second / scaleSpreadRate
+		for i, id := range ids {
+			if !c.burst {
+				if d := time.Until(t2.Add(time.Duration(i) * every)); d > 0 {
+					time.Sleep(d)
+				}
+			}
+			idleAt[i] = srv.end(id)
+		}
+	}()
+	select {
+	case <-store.done:
+	case <-time.After(scaleDeadline):
+		b.Fatalf("not done in %v: %d terminal, %d notified of %d", scaleDeadline, store.terminal.Load(), store.notified.Load(), n)
+	}
+	b.StopTimer()
+	cpu3, ok3 := processCPU()
+	<-ended
+	g, mg = smp.stop()
+	r.finishCPU, r.cpuOK = cpu3-cpu2, ok0 && ok1 && ok2 && ok3
+	r.maxG, r.maxMgrG = max(r.maxG, g), max(r.maxMgrG, mg)
+	if c.output {
+		returned.Wait()
+	}
+	close(hold)
+	exited.Wait()
+
+	// The events still queued (when the poll decided tasks first) are not the Manager's memory.
+	for deadline := time.Now().Add(scaleDeadline); !srv.settled(); {
+		if time.Now().After(deadline) {
+			b.Fatal("events not read in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// Latencies, from the Manager's own records.
+	for i, id := range ids {
+		t, err := m.Get(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if t.Status != asyncagents.StatusCompleted {
+			b.Fatalf("task %s is %s: %s", id, t.Status, t.Error)
+		}
+		r.done = append(r.done, t.Completed.Sub(idleAt[i]))
+		if ph, ok := srv.(interface {
+			phases(id string) (read, msgs time.Time)
+		}); ok {
+			read, msgs := ph.phases(id)
+			r.read = append(r.read, read.Sub(idleAt[i]))
+			r.reconciles++
+			if msgs.Before(read) {
+				r.early++ // decided before the event loop read its idle: by the status poll
+			}
+		}
+		for _, nt := range t.Notifications {
+			if nt.State == asyncagents.NotificationDelivered {
+				r.note = append(r.note, nt.Delivered.Sub(idleAt[i]))
+			}
+		}
+		if c.output {
+			if outAt[i].Before(idleAt[i]) {
+				b.Fatalf("Output(%s) returned before its run ended: the waiters were not parked", id)
+			}
+			r.out = append(r.out, outAt[i].Sub(idleAt[i]))
+		}
+	}
+	r.reqs = cc.snapshot()
+
+	// Heap: what the Manager and then the store hold, freed by dropping them.
+	store.forget()
+	h1 := heapAfterGC()
+	if err := m.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	closed = true
+	m = nil // drop the Manager before measuring
+	h2 := heapAfterGC()
+	runtime.KeepAlive(store)
+	store = nil
+	h3 := heapAfterGC()
+	r.heap = float64(int64(h1)-int64(h2)) / float64(n)
+	r.storeHeap = float64(int64(h2)-int64(h3)) / float64(n)
+	runtime.KeepAlive(srv)
+	return r
+}
+
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quantile returns the q-quantile (nearest rank) of ds, sorting it.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(float64(len(ds))*q+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// sampler records the most goroutines alive until stop, every 500µs.
+type sampler struct {
+	stopc chan struct{}
+	res   chan [2]int
+}
+
+// sampleGoroutines starts a sampler; known is how many goroutines are not the Manager's.
+func sampleGoroutines(known int) *sampler {
+	s := &sampler{stopc: make(chan struct{}), res: make(chan [2]int)}
+	go func() {
+		top := runtime.NumGoroutine()
+		t := time.NewTicker(500 * time.Microsecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stopc:
+				top = max(top, runtime.NumGoroutine())
+				s.res <- [2]int{top, top - known}
+				return
+			case <-t.C:
+				top = max(top, runtime.NumGoroutine())
+			}
+		}
+	}()
+	return s
+}
+
+// stop returns the most goroutines seen, and that less the known ones.
+func (s *sampler) stop() (all, manager int) {
+	close(s.stopc)
+	r := <-s.res
+	return r[0], r[1]
+}
+
+// benchStore is the default MemoryStore, counting the tasks that reached a terminal state and
+// those whose notification was delivered; done is closed when every one of n has both.
+type benchStore struct {
+	asyncagents.MemoryStore
+	n                  int64
+	terminal, notified atomic.Int64
+	done               chan struct{}
+
+	mu   sync.Mutex
+	seen map[string]uint8 // 1: terminal, 2: notified
+}
+
+func newBenchStore(n int) *benchStore {
+	return &benchStore{n: int64(n), done: make(chan struct{}), seen: make(map[string]uint8, n)}
+}
+
+func (s *benchStore) Save(ctx context.Context, t asyncagents.Task) error {
+	if err := s.MemoryStore.Save(ctx, t); err != nil {
+		return err
+	}
+	var bits uint8
+	if t.Status.Terminal() {
+		bits |= 1
+	}
+	for _, nt := range t.Notifications {
+		if nt.State == asyncagents.NotificationDelivered {
+			bits |= 2
+		}
+	}
+	if bits == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	if s.seen == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	had := s.seen[t.ID]
+	s.seen[t.ID] = had | bits
+	s.mu.Unlock()
+	var a, b int64
+	if bits&1 != 0 && had&1 == 0 {
+		a = s.terminal.Add(1)
+	} else {
+		a = s.terminal.Load()
+	}
+	if bits&2 != 0 && had&2 == 0 {
+		b = s.notified.Add(1)
+	} else {
+		b = s.notified.Load()
+	}
+	if (bits&^had) != 0 && a == s.n && b == s.n {
+		close(s.done)
+	}
+	return nil
+}
+
+// forget drops the counting map, so that what the store holds is the MemoryStore's.
+func (s *benchStore) forget() {
+	s.mu.Lock()
+	s.seen = nil
+	s.mu.Unlock()
+}
+
+// countingClient counts the calls of each method of the opencode.Client it wraps.
+type countingClient struct {
+	opencode.Client
+	mu    sync.Mutex
+	calls map[string]int64
+}
+
+func (c *countingClient) count(method string) {
+	c.mu.Lock()
+	if c.calls == nil {
+		c.calls = map[string]int64{}
+	}
+	c.calls[method]++
+	c.mu.Unlock()
+}
+
+func (c *countingClient) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.calls))
+	for k, v := range c.calls {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *countingClient) CreateSession(ctx context.Context, req opencode.CreateSessionRequest) (*opencode.Session, error) {
+	c.count("CreateSession")
+	return c.Client.CreateSession(ctx, req)
+}
+
+func (c *countingClient) GetSession(ctx context.Context, id string) (*opencode.Session, error) {
+	c.count("GetSession")
+	return c.Client.GetSession(ctx, id)
+}
+
+func (c *countingClient) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	c.count("Messages")
+	return c.Client.Messages(ctx, id, limit)
+}
+
+func (c *countingClient) MessagesBefore(ctx context.Context, id string, limit int, before string) ([]opencode.Message, string, error) {
+	c.count("MessagesBefore")
+	return c.Client.MessagesBefore(ctx, id, limit, before)
+}
+
+func (c *countingClient) Message(ctx context.Context, id, msgID string) (*opencode.Message, error) {
+	c.count("Message")
+	return c.Client.Message(ctx, id, msgID)
+}
+
+func (c *countingClient) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	c.count("Prompt")
+	return c.Client.Prompt(ctx, id, req)
+}
+
+func (c *countingClient) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
+	c.count("PromptAsync")
+	return c.Client.PromptAsync(ctx, id, req)
+}
+
+func (c *countingClient) Abort(ctx context.Context, id string) error {
+	c.count("Abort")
+	return c.Client.Abort(ctx, id)
+}
+
+func (c *countingClient) SessionStatus(ctx context.Context, dir string) (map[string]opencode.SessionStatus, error) {
+	c.count("SessionStatus")
+	return c.Client.SessionStatus(ctx, dir)
+}
+
+func (c *countingClient) Agents(ctx context.Context) ([]opencode.Agent, error) {
+	c.count("Agents")
+	return c.Client.Agents(ctx)
+}
+
+func (c *countingClient) Events(ctx context.Context) (opencode.EventStream, error) {
+	c.count("Events")
+	return c.Client.Events(ctx)
+}
+
+// fakeBackend is opencodetest's FakeClient with held runs.
+type fakeBackend struct {
+	*opencodetest.FakeClient
+}
+
+func newFakeBackend() scaleBackend {
+	return fakeBackend{opencodetest.NewFakeClient(opencodetest.WithHeldRuns())}
+}
+
+func (f fakeBackend) end(id string) time.Time {
+	t := time.Now()
+	if err := f.Release(id, opencodetest.Text("done")); err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func (fakeBackend) settled() bool         { return true }
+func (fakeBackend) goroutinesPerRun() int { return 1 }
+
+// leanServer is an in-memory OpenCode for the scale benchmarks: sessions with ids of
+// OpenCode's shape (newest first), messages, prompts and the events of the real server for a
+// run answered with one text step, as opencodetest.FakeClient sends them (types, order,
+// shapes and about their sizes), built by hand. A run of a child session starts busy with
+// its assistant message in progress and ends when end is called; a prompt to a session
+// without a parent (a parent's notification) is stored and starts no run. Each session has
+// its own lock, so calls for different sessions do not wait for each other, and a session's
+// events are sent in order. It starts no goroutines and is safe for concurrent use.
+type leanServer struct {
+	closed atomic.Bool
+
+	idMu    sync.Mutex
+	ms, ctr int64 // OpenCode's id clock: milliseconds and a counter within one
+	seq     uint64
+
+	mu       sync.RWMutex
+	sessions map[string]*leanSession
+	busy     map[string]struct{}
+	streams  map[*leanStream]struct{}
+}
+
+type leanSession struct {
+	mu   sync.Mutex
+	info opencode.Session
+	msgs []opencode.Message
+	run  int // index of the running assistant message, or -1
+
+	// Of the last run's end: when the idle was sent, read from the stream (nanoseconds
+	// since leanEpoch), and when the messages were first read after it.
+	idleAt time.Time
+	readAt atomic.Int64
+	msgsAt time.Time
+}
+
+// leanEpoch is the origin of leanSession.readAt.
+var leanEpoch = time.Now()
+
+const leanDir = "/bench/project"
+
+func newLeanBackend() scaleBackend {
+	return &leanServer{sessions: map[string]*leanSession{}, busy: map[string]struct{}{}, streams: map[*leanStream]struct{}{}}
+}
+
+var errLeanClosed = fmt.Errorf("leanServer closed: %w", net.ErrClosed)
+
+func (s *leanServer) Close() error {
+	s.closed.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		st.close()
+	}
+	return nil
+}
+
+func (*leanServer) goroutinesPerRun() int { return 0 }
+
+func (s *leanServer) settled() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for st := range s.streams {
+		if st.unread.Load() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// id returns an OpenCode id: prefix, "_", 12 hex digits of milliseconds·4096 plus a counter
+// (inverted for sessions, which sort newest first) and 14 base62 characters.
+func (s *leanServer) id(prefix string, descending bool) string {
+	s.idMu.Lock()
+	now := time.Now().UnixMilli()
+	if now > s.ms {
+		s.ms, s.ctr = now, 0
+	} else {
+		s.ctr++
+	}
+	v := uint64(s.ms*4096 + s.ctr)
+	s.seq++
+	x := s.seq * 0x9e3779b97f4a7c15
+	s.idMu.Unlock()
+	if descending {
+		v = ^v
+	}
+	const hex, b62 = "0123456789abcdef", "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	buf := make([]byte, 0, len(prefix)+27)
+	buf = append(buf, prefix...)
+	buf = append(buf, '_')
+	for sh := 44; sh >= 0; sh -= 4 {
+		buf = append(buf, hex[v>>uint(sh)&15])
+	}
+	for i := range 14 {
+		if i == 7 {
+			x = (x ^ x>>31) * 0xbf58476d1ce4e5b9
+		}
+		buf = append(buf, b62[x%62])
+		x /= 62
+	}
+	return string(buf)
+}
+
+func notFoundErr(id string) error {
+	return &opencode.APIError{StatusCode: 404, Name: "NotFoundError", Message: "Session not found: " + id}
+}
+
+// session returns a session, locked.
+func (s *leanServer) session(id string) (*leanSession, error) {
+	if s.closed.Load() {
+		return nil, errLeanClosed
+	}
+	s.mu.RLock()
+	ss := s.sessions[id]
+	s.mu.RUnlock()
+	if ss == nil {
+		return nil, notFoundErr(id)
+	}
+	ss.mu.Lock()
+	return ss, nil
+}
+
+func (s *leanServer) CreateSession(_ context.Context, req opencode.CreateSessionRequest) (*opencode.Session, error) {
+	if s.closed.Load() {
+		return nil, errLeanClosed
+	}
+	now := time.Now().UnixMilli()
+	ss := &leanSession{run: -1, info: opencode.Session{
+		ID: s.id("ses", true), Slug: "calm-river", ProjectID: "global", Directory: leanDir, ParentID: req.ParentID,
+		Title: req.Title, Version: "1.18.33", Time: opencode.SessionTime{Created: now, Updated: now},
+		Permission: slices.Clone(req.Permission),
+	}}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s.mu.Lock()
+	s.sessions[ss.info.ID] = ss
+	s.mu.Unlock()
+	s.emit(opencode.EventSessionCreated, sessionProps(ss))
+	info := ss.info
+	return &info, nil
+}
+
+func (s *leanServer) GetSession(_ context.Context, id string) (*opencode.Session, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	defer ss.mu.Unlock()
+	info := ss.info
+	return &info, nil
+}
+
+func (s *leanServer) Messages(_ context.Context, id string, limit int) ([]opencode.Message, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	defer ss.mu.Unlock()
+	if !ss.idleAt.IsZero() && ss.msgsAt.IsZero() {
+		ss.msgsAt = time.Now()
+	}
+	msgs := ss.msgs
+	if limit > 0 && len(msgs) > limit {
+		msgs = msgs[len(msgs)-limit:]
+	}
+	return slices.Clone(msgs), nil
+}
+
+func (s *leanServer) MessagesBefore(_ context.Context, id string, limit int, before string) ([]opencode.Message, string, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, "", err
+	}
+	defer ss.mu.Unlock()
+	end := len(ss.msgs)
+	if before != "" {
+		end = slices.IndexFunc(ss.msgs, func(m opencode.Message) bool { return m.Info.ID == before })
+		if end < 0 {
+			return nil, "", notFoundErr(before)
+		}
+	}
+	start := max(end-limit, 0)
+	next := ""
+	if start > 0 {
+		next = ss.msgs[start].Info.ID
+	}
+	return slices.Clone(ss.msgs[start:end]), next, nil
+}
+
+func (s *leanServer) Message(_ context.Context, id, msgID string) (*opencode.Message, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	defer ss.mu.Unlock()
+	for i := len(ss.msgs) - 1; i >= 0; i-- {
+		if ss.msgs[i].Info.ID == msgID {
+			m := ss.msgs[i]
+			return &m, nil
+		}
+	}
+	return nil, notFoundErr(msgID)
+}
+
+func (s *leanServer) Prompt(_ context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	if !req.NoReply {
+		return nil, errors.New("leanServer: only Prompt with NoReply")
+	}
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	defer ss.mu.Unlock()
+	u := s.userMessage(ss, req)
+	return &u, nil
+}
+
+func (s *leanServer) PromptAsync(_ context.Context, id string, req opencode.PromptRequest) error {
+	ss, err := s.session(id)
+	if err != nil {
+		return err
+	}
+	defer ss.mu.Unlock()
+	u := s.userMessage(ss, req)
+	if ss.info.ParentID == "" || ss.run >= 0 {
+		return nil
+	}
+	// The run starts: busy, an assistant message in progress.
+	s.mu.Lock()
+	s.busy[id] = struct{}{}
+	s.mu.Unlock()
+	s.emit(opencode.EventSessionStatus, statusProps(id, "busy"))
+	a := opencode.Message{Info: opencode.MessageInfo{
+		ID: s.id("msg", false), SessionID: id, Role: opencode.RoleAssistant, ParentID: u.Info.ID,
+		Time: opencode.MessageTime{Created: time.Now().UnixMilli()}, Agent: req.Agent, Mode: req.Agent,
+		ModelID: "m1", Provider: "scripted",
+	}}
+	ss.msgs = append(ss.msgs, a)
+	ss.run = len(ss.msgs) - 1
+	s.emit(opencode.EventMessageUpdated, messageProps(a.Info))
+	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
+	s.emit("session.diff", []byte(`{"sessionID":"`+id+`","diff":[]}`))
+	s.emit(opencode.EventMessageUpdated, messageProps(u.Info))
+	s.emit(opencode.EventSessionStatus, statusProps(id, "busy"))
+	return nil
+}
+
+// userMessage stores a prompt's user message and emits its events. ss.mu is held.
+func (s *leanServer) userMessage(ss *leanSession, req opencode.PromptRequest) opencode.Message {
+	id := req.MessageID
+	if id == "" {
+		id = s.id("msg", false)
+	}
+	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
+	u := opencode.Message{Info: opencode.MessageInfo{ID: id, SessionID: ss.info.ID, Role: opencode.RoleUser,
+		Time: opencode.MessageTime{Created: time.Now().UnixMilli()}, Agent: req.Agent}}
+	s.emit(opencode.EventMessageUpdated, messageProps(u.Info))
+	for _, p := range req.Parts {
+		part := opencode.Part{ID: s.id("prt", false), SessionID: ss.info.ID, MessageID: id, Type: opencode.PartText,
+			Text: p.Text, Synthetic: p.Synthetic}
+		u.Parts = append(u.Parts, part)
+		s.emit(opencode.EventMessagePartUpdate, partProps(part))
+	}
+	ss.msgs = append(ss.msgs, u)
+	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
+	return u
+}
+
+// end finishes the session's run with a text reply, as the fake does, and returns when the
+// idle was emitted.
+func (s *leanServer) end(id string) time.Time {
+	ss, err := s.session(id)
+	if err != nil || ss.run < 0 {
+		panic(fmt.Sprintf("leanServer: no run to end in %s: %v", id, err))
+	}
+	defer ss.mu.Unlock()
+	ri := ss.run
+	a := &ss.msgs[ri]
+	step := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartStepStart}
+	text := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartText}
+	s.emit(opencode.EventMessagePartUpdate, partProps(step))
+	s.emit(opencode.EventMessagePartUpdate, partProps(text))
+	text.Text = "Found 3 warnings in " + id + "."
+	s.emit(opencode.EventMessagePartDelta, []byte(`{"sessionID":"`+id+`","messageID":"`+a.Info.ID+`","partID":"`+text.ID+`","field":"text","delta":`+strconv.Quote(text.Text)+`}`))
+	s.emit(opencode.EventMessagePartUpdate, partProps(text))
+	finish := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartStepFinish}
+	s.emit(opencode.EventMessagePartUpdate, partProps(finish))
+	a.Info.Finish, a.Info.Time.Completed = "stop", time.Now().UnixMilli()
+	a.Parts = []opencode.Part{step, text, finish}
+	s.emit(opencode.EventMessageUpdated, messageProps(a.Info))
+	s.emit(opencode.EventMessageUpdated, messageProps(a.Info))
+	s.emit(opencode.EventSessionStatus, statusProps(id, "busy"))
+	ss.run = -1
+	s.mu.Lock()
+	delete(s.busy, id)
+	s.mu.Unlock()
+	idle := time.Now()
+	ss.idleAt, ss.msgsAt = idle, time.Time{}
+	ss.readAt.Store(0)
+	s.emitMarked(opencode.EventSessionStatus, statusProps(id, "idle"), ss)
+	s.emit(opencode.EventSessionIdle, []byte(`{"sessionID":"`+id+`"}`))
+	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
+	s.emit("session.diff", []byte(`{"sessionID":"`+id+`","diff":[]}`))
+	s.emit(opencode.EventMessageUpdated, messageProps(ss.msgs[ri-1].Info))
+	return idle
+}
+
+func (s *leanServer) Abort(_ context.Context, id string) error {
+	if s.closed.Load() {
+		return errLeanClosed
+	}
+	if ss, err := s.session(id); err == nil {
+		if ss.run >= 0 {
+			ss.msgs[ss.run].Info.Error = &opencode.Error{Name: "MessageAbortedError", Data: []byte(`{"message":"Aborted"}`)}
+			ss.msgs[ss.run].Info.Time.Completed = time.Now().UnixMilli()
+			ss.run = -1
+			s.mu.Lock()
+			delete(s.busy, id)
+			s.mu.Unlock()
+		}
+		defer ss.mu.Unlock()
+	}
+	s.emit(opencode.EventSessionStatus, statusProps(id, "idle"))
+	s.emit(opencode.EventSessionIdle, []byte(`{"sessionID":"`+id+`"}`))
+	return nil
+}
+
+func (s *leanServer) SessionStatus(_ context.Context, dir string) (map[string]opencode.SessionStatus, error) {
+	if s.closed.Load() {
+		return nil, errLeanClosed
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]opencode.SessionStatus, len(s.busy))
+	if dir != "" && dir != leanDir {
+		return out, nil
+	}
+	for id := range s.busy {
+		out[id] = opencode.SessionStatus{Type: "busy"}
+	}
+	return out, nil
+}
+
+func (s *leanServer) Agents(context.Context) ([]opencode.Agent, error) {
+	return []opencode.Agent{
+		{Name: "build", Mode: "primary"}, {Name: "plan", Mode: "primary"},
+		{Name: "general", Mode: "subagent"}, {Name: "explore", Mode: "subagent"},
+		{Name: "compaction", Mode: "primary", Hidden: true}, {Name: "summary", Mode: "primary", Hidden: true},
+		{Name: "title", Mode: "primary", Hidden: true},
+	}, nil
+}
+
+func (s *leanServer) Events(ctx context.Context) (opencode.EventStream, error) {
+	if s.closed.Load() {
+		return nil, errLeanClosed
+	}
+	st := &leanStream{srv: s, ctx: ctx, wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	st.push(leanEvent{Event: opencode.Event{Type: opencode.EventServerConnected, Properties: []byte(`{}`)}})
+	return st, nil
+}
+
+// emit sends an event to every stream.
+func (s *leanServer) emit(typ string, props []byte) { s.emitMarked(typ, props, nil) }
+
+// emitMarked sends an event to every stream; when mark is set, the stream records in it when
+// the event was read.
+func (s *leanServer) emitMarked(typ string, props []byte, mark *leanSession) {
+	ev := leanEvent{Event: opencode.Event{Directory: leanDir, Type: typ, Properties: props}, mark: mark}
+	s.mu.RLock()
+	for st := range s.streams {
+		st.push(ev)
+	}
+	s.mu.RUnlock()
+}
+
+type leanEvent struct {
+	opencode.Event
+	mark *leanSession
+}
+
+// phases returns, for the last run's end of a session, when the idle was read from the
+// stream and when the session's messages were read after it.
+func (s *leanServer) phases(id string) (read, msgs time.Time) {
+	ss, err := s.session(id)
+	if err != nil {
+		return
+	}
+	defer ss.mu.Unlock()
+	if ns := ss.readAt.Load(); ns != 0 {
+		read = leanEpoch.Add(time.Duration(ns))
+	}
+	return read, ss.msgsAt
+}
+
+func statusProps(id, typ string) []byte {
+	return []byte(`{"sessionID":"` + id + `","status":{"type":"` + typ + `"}}`)
+}
+
+func sessionProps(ss *leanSession) []byte {
+	i := &ss.info
+	b := make([]byte, 0, 560)
+	b = append(b, `{"sessionID":"`...)
+	b = append(b, i.ID...)
+	b = append(b, `","info":{"id":"`...)
+	b = append(b, i.ID...)
+	b = append(b, `","slug":"`...)
+	b = append(b, i.Slug...)
+	b = append(b, `","projectID":"global","directory":"`+leanDir+`","path":"bench/project"`...)
+	if i.ParentID != "" {
+		b = append(b, `,"parentID":"`...)
+		b = append(b, i.ParentID...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"title":`...)
+	b = strconv.AppendQuote(b, i.Title)
+	b = append(b, `,"version":"1.18.33","summary":{"additions":0,"deletions":0,"files":0},"time":{"created":`...)
+	b = strconv.AppendInt(b, i.Time.Created, 10)
+	b = append(b, `,"updated":`...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
+	b = append(b, `},"permission":[`...)
+	for k, r := range i.Permission {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"permission":`...)
+		b = strconv.AppendQuote(b, r.Permission)
+		b = append(b, `,"pattern":`...)
+		b = strconv.AppendQuote(b, r.Pattern)
+		b = append(b, `,"action":`...)
+		b = strconv.AppendQuote(b, r.Action)
+		b = append(b, '}')
+	}
+	return append(b, "]}}"...)
+}
+
+func messageProps(i opencode.MessageInfo) []byte {
+	b := make([]byte, 0, 500)
+	b = append(b, `{"sessionID":"`...)
+	b = append(b, i.SessionID...)
+	b = append(b, `","info":{"id":"`...)
+	b = append(b, i.ID...)
+	b = append(b, `","sessionID":"`...)
+	b = append(b, i.SessionID...)
+	b = append(b, `","role":"`...)
+	b = append(b, i.Role...)
+	b = append(b, `","time":{"created":`...)
+	b = strconv.AppendInt(b, i.Time.Created, 10)
+	if i.Time.Completed != 0 {
+		b = append(b, `,"completed":`...)
+		b = strconv.AppendInt(b, i.Time.Completed, 10)
+	}
+	b = append(b, '}')
+	if i.Role == opencode.RoleAssistant {
+		b = append(b, `,"parentID":"`...)
+		b = append(b, i.ParentID...)
+		b = append(b, `","modelID":"m1","providerID":"scripted","mode":"general","agent":"general","path":{"cwd":"`+leanDir+`","root":"/"},"cost":0,"tokens":{"total":120,"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}}`...)
+		if i.Finish != "" {
+			b = append(b, `,"finish":"`...)
+			b = append(b, i.Finish...)
+			b = append(b, '"')
+		}
+	} else {
+		b = append(b, `,"summary":{"diffs":[]},"agent":"general","model":{"providerID":"scripted","modelID":"m1"}`...)
+	}
+	return append(b, "}}"...)
+}
+
+func partProps(p opencode.Part) []byte {
+	b := make([]byte, 0, 360)
+	b = append(b, `{"sessionID":"`...)
+	b = append(b, p.SessionID...)
+	b = append(b, `","part":{"id":"`...)
+	b = append(b, p.ID...)
+	b = append(b, `","sessionID":"`...)
+	b = append(b, p.SessionID...)
+	b = append(b, `","messageID":"`...)
+	b = append(b, p.MessageID...)
+	b = append(b, `","type":"`...)
+	b = append(b, p.Type...)
+	b = append(b, '"')
+	switch p.Type {
+	case opencode.PartText:
+		b = append(b, `,"text":`...)
+		b = strconv.AppendQuote(b, p.Text)
+		if p.Synthetic {
+			b = append(b, `,"synthetic":true`...)
+		}
+	case opencode.PartStepFinish:
+		b = append(b, `,"reason":"stop","tokens":{"total":120,"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}},"cost":0`...)
+	}
+	b = append(b, `},"time":`...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
+	return append(b, '}')
+}
+
+// leanStream is leanServer's opencode.EventStream: a queue the server appends to, read by
+// one goroutine a batch at a time.
+type leanStream struct {
+	srv  *leanServer
+	ctx  context.Context
+	wake chan struct{}
+
+	unread atomic.Int64 // events pushed and not yet handled by the reader
+
+	mu     sync.Mutex
+	queue  []leanEvent
+	closed bool
+}
+
+func (st *leanStream) push(ev leanEvent) {
+	st.mu.Lock()
+	if !st.closed {
+		st.queue = append(st.queue, ev)
+		st.unread.Add(1)
+	}
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the stream; the server's lock is held or the server is done with st.
+func (st *leanStream) close() {
+	st.mu.Lock()
+	st.closed = true
+	st.queue = nil
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (st *leanStream) All() iter.Seq2[opencode.Event, error] {
+	return func(yield func(opencode.Event, error) bool) {
+		var batch []leanEvent
+		for {
+			st.mu.Lock()
+			closed := st.closed
+			batch, st.queue = st.queue, batch[:0]
+			st.mu.Unlock()
+			if closed {
+				yield(opencode.Event{}, fmt.Errorf("leanServer: event stream: %w", net.ErrClosed))
+				return
+			}
+			for _, ev := range batch {
+				if ev.mark != nil {
+					ev.mark.readAt.Store(int64(time.Since(leanEpoch)))
+				}
+				ok := yield(ev.Event, nil)
+				st.unread.Add(-1)
+				if !ok {
+					return
+				}
+			}
+			more := len(batch) > 0
+			if cap(batch) > 1024 { // a burst's buffer is not kept: it is not the reader's memory
+				batch = nil
+			} else {
+				clear(batch)
+			}
+			if more {
+				continue
+			}
+			select {
+			case <-st.wake:
+			case <-st.ctx.Done():
+				yield(opencode.Event{}, fmt.Errorf("leanServer: event stream: %w", context.Cause(st.ctx)))
+				return
+			}
+		}
+	}
+}
+
+func (st *leanStream) Close() error {
+	st.srv.mu.Lock()
+	delete(st.srv.streams, st)
+	st.srv.mu.Unlock()
+	st.close()
+	return nil
+}
