@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,7 +116,11 @@ func (m *Manager) handle(ev opencode.Event) {
 	default:
 		return
 	}
-	// The session id first: events of other sessions (most of them) cost no more.
+	// Only tool parts count; the other part updates (most events) are dropped unread.
+	if ev.Type == opencode.EventMessagePartUpdate && !bytes.Contains(ev.Properties, []byte(`"type":"tool"`)) {
+		return
+	}
+	// The session id first: events of other sessions cost no more.
 	sid := ev.SessionID()
 	if sid == "" {
 		return

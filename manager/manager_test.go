@@ -2,6 +2,7 @@ package manager
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -119,7 +120,7 @@ func TestResolveT1(t *testing.T) {
 		{" ses_abcd1 ", 0, []string{"ses_abcd1111"}},
 		{"wxyz0000", 0, []string{"ses_wxyz0000"}}, // an exact id beats a longer id it prefixes
 		{"abcd", 0, []string{"ses_abcd1111", "ses_abcd2222"}},
-		{"abcd", 1, []string{"ses_abcd1111"}},
+		{"abcd", 1, []string{"ses_abcd2222"}}, // the largest when there are more
 		{"abc", 0, nil}, // too short to be a prefix
 		{"", 0, nil},
 		{"ses_", 0, nil},
@@ -142,5 +143,21 @@ func TestResolveT1(t *testing.T) {
 	}
 	if !slices.Equal(r.Tasks("ses_q"), nil) {
 		t.Error("a parent without tasks still has a family")
+	}
+}
+
+// Adding ids that sort before every other id (OpenCode's newest-first session ids) costs the
+// same at any size.
+func BenchmarkRegistryAdd(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				var r Registry
+				for i := range n {
+					r.Add("ses_p", fmt.Sprintf("ses_%012d", n-i))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+		})
 	}
 }

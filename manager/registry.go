@@ -26,9 +26,14 @@ type Registry struct {
 }
 
 type family struct {
-	order  []string // launch order
+	order []string // launch order
+	// sorted holds the ids in descending order: OpenCode's session ids sort newest first, so
+	// a new task's id goes at the end and adding costs no copy.
 	sorted []string
 }
+
+// descending orders ids from the largest.
+func descending(a, b string) int { return strings.Compare(b, a) }
 
 // Add records id as a task of parent, after the parent's earlier tasks. It reports false,
 // changing nothing, when id is already registered.
@@ -47,7 +52,7 @@ func (r *Registry) Add(parent, id string) bool {
 	}
 	r.parentOf[id] = parent
 	f.order = append(f.order, id)
-	i, _ := slices.BinarySearch(f.sorted, id)
+	i, _ := slices.BinarySearchFunc(f.sorted, id, descending)
 	f.sorted = slices.Insert(f.sorted, i, id)
 	return true
 }
@@ -60,7 +65,7 @@ func (r *Registry) Remove(id string) (parent string, ok bool) {
 	}
 	delete(r.parentOf, id)
 	f := r.families[parent]
-	if i, found := slices.BinarySearch(f.sorted, id); found {
+	if i, found := slices.BinarySearchFunc(f.sorted, id, descending); found {
 		f.sorted = slices.Delete(f.sorted, i, i+1)
 	}
 	if i := slices.Index(f.order, id); i >= 0 {
@@ -99,7 +104,7 @@ func (r *Registry) DisplayID(id string) string {
 		return id
 	}
 	s := r.families[parent].sorted
-	i, _ := slices.BinarySearch(s, id)
+	i, _ := slices.BinarySearchFunc(s, id, descending)
 	n := len(SessionPrefix) + MinDisplay
 	if i > 0 {
 		n = max(n, commonPrefix(id, s[i-1])+1)
@@ -113,7 +118,7 @@ func (r *Registry) DisplayID(id string) string {
 // Resolve returns parent's tasks that id names: the task whose id is id, with or without
 // [SessionPrefix]; otherwise every task whose id starts with it, when it has at least
 // [MinPrefix] characters after the prefix. It returns at most limit ids (all when limit is
-// 0 or less), in sorted order. Other parents' tasks never match.
+// 0 or less), the largest ones when there are more, in ascending order. Other parents' tasks never match.
 func (r *Registry) Resolve(parent, id string, limit int) []string {
 	key := strings.TrimPrefix(strings.TrimSpace(id), SessionPrefix)
 	f := r.families[parent]
@@ -127,14 +132,18 @@ func (r *Registry) Resolve(parent, id string, limit int) []string {
 	if len(key) < MinPrefix {
 		return nil
 	}
+	// The ids starting with full are those from full up to full + "\x7f…" (ids are ASCII):
+	// in descending order, a run that begins at the first id not above that bound.
 	var out []string
-	i, _ := slices.BinarySearch(f.sorted, full)
+	upper := full + "\x7f"
+	i, _ := slices.BinarySearchFunc(f.sorted, upper, descending)
 	for ; i < len(f.sorted) && strings.HasPrefix(f.sorted[i], full); i++ {
 		if limit > 0 && len(out) == limit {
 			break
 		}
 		out = append(out, f.sorted[i])
 	}
+	slices.Reverse(out)
 	return out
 }
 
