@@ -113,11 +113,19 @@ func (m *Manager) handle(ev opencode.Event) {
 	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
 		opencode.EventMessagePartUpdate, opencode.EventSessionDeleted,
 		opencode.EventPermissionAsked, opencode.EventPermissionReplied:
+	case opencode.EventMessagePartDelta:
+		if m.cfg.stale > 0 { // streaming text is activity, nothing else
+			m.touch(ev.SessionID())
+		}
+		return
 	default:
 		return
 	}
-	// Only tool parts count; the other part updates (most events) are dropped unread.
+	// Only tool parts count for progress; the other part updates are activity at most.
 	if ev.Type == opencode.EventMessagePartUpdate && !bytes.Contains(ev.Properties, []byte(`"type":"tool"`)) {
+		if m.cfg.stale > 0 {
+			m.touch(ev.SessionID())
+		}
 		return
 	}
 	// The session id first: events of other sessions cost no more.
@@ -154,6 +162,7 @@ func (m *Manager) handle(ev opencode.Event) {
 	if m.tasks[sid] != e || !e.task.Status.Active() {
 		return
 	}
+	e.active = m.now()
 	switch ev.Type {
 	case opencode.EventSessionIdle:
 		m.enqueueLocked(e.task.ID, true)
@@ -161,9 +170,14 @@ func (m *Manager) handle(ev opencode.Event) {
 		if p.Status == nil {
 			return
 		}
-		if p.Status.Type == "idle" {
+		switch p.Status.Type {
+		case "idle":
 			m.enqueueLocked(e.task.ID, true)
-		} else { // busy or retry: the next poll that finds it absent reads it again
+		case "retry":
+			e.retry = p.Status.Message
+			m.busyLocked(e)
+		default: // busy: the next poll that finds it absent reads it again
+			e.retry = ""
 			m.busyLocked(e)
 		}
 	case opencode.EventSessionError:
@@ -196,6 +210,60 @@ func toolPart(ev opencode.Event) (*opencode.Part, error) {
 		return nil, err
 	}
 	return &opencode.Part{ID: p.Part.ID, Type: p.Part.Type, Tool: p.Part.Tool}, nil
+}
+
+// touch records activity of a task session.
+func (m *Manager) touch(sid string) {
+	if sid == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.tasks[sid]; e != nil {
+		e.active = m.now()
+	}
+}
+
+// watchdog is a task whose deadline or stale timeout fired.
+type watchdog struct {
+	e   *entry
+	rc  int
+	msg string
+}
+
+// expiredLocked reports whether e's run has passed its deadline or been inactive for the
+// stale timeout.
+func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
+	t := &e.task
+	if t.Deadline > 0 && now.Sub(t.Started) >= t.Deadline {
+		return watchdog{e, t.ResumeCount, fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline)}, true
+	}
+	if m.cfg.stale > 0 {
+		last := t.Started
+		if e.active.After(last) {
+			last = e.active
+		}
+		if idle := now.Sub(last); idle >= m.cfg.stale {
+			msg := fmt.Sprintf("stale: no activity for %v (stale timeout %v); the run was aborted", idle.Round(time.Second), m.cfg.stale)
+			if e.retry != "" {
+				msg += "; the session was retrying: " + e.retry
+			}
+			return watchdog{e, t.ResumeCount, msg}, true
+		}
+	}
+	return watchdog{}, false
+}
+
+// expire aborts a run a watchdog fired for and ends it in error.
+func (m *Manager) expire(w watchdog) {
+	ctx, cancel := m.requestCtx()
+	err := m.client.Abort(ctx, w.e.task.ID)
+	cancel()
+	if err != nil {
+		m.cfg.logger.Warn("asyncagents: abort on a watchdog", "task", w.e.task.ID, "err", err)
+		return // the next poll tries again
+	}
+	m.finish(w.e, w.rc, StatusError, "", w.msg)
 }
 
 // requestCtx bounds one request of the Manager's own goroutines by the request timeout, so
@@ -318,12 +386,22 @@ func (m *Manager) poll() {
 	defer m.recoverAndLog("the status poll")
 	m.mu.Lock()
 	dirs := map[string][]string{}
+	var expired []watchdog
+	now := m.now()
 	for id, e := range m.tasks {
-		if e.task.Status.Active() {
-			dirs[e.task.Directory] = append(dirs[e.task.Directory], id)
+		if !e.task.Status.Active() {
+			continue
 		}
+		if w, ok := m.expiredLocked(e, now); ok {
+			expired = append(expired, w)
+			continue
+		}
+		dirs[e.task.Directory] = append(dirs[e.task.Directory], id)
 	}
 	m.mu.Unlock()
+	for _, w := range expired {
+		m.expire(w)
+	}
 	for dir, ids := range dirs {
 		ctx, cancel := m.requestCtx()
 		st, err := m.client.SessionStatus(ctx, dir)
@@ -340,7 +418,13 @@ func (m *Manager) poll() {
 			if e == nil || !e.task.Status.Active() {
 				continue
 			}
-			if _, busy := st[id]; busy {
+			if s, busy := st[id]; busy {
+				if s != e.polled { // a change seen by the poll is activity
+					e.polled, e.active = s, m.now()
+				}
+				if s.Type == "retry" {
+					e.retry = s.Message
+				}
 				m.busyLocked(e)
 			} else if now := m.now(); !now.Before(e.recheckAt) {
 				// Idle and undecided: read it now and again later, less and less often, so

@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,10 +31,13 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 
-	cancelling bool   // Cancel is aborting this run: however it ends, it ends cancelled
-	baseline   string // id of the last message before the run's prompt ("" for a new session)
-	seenBusy   bool   // the session went busy during this run
-	sessErr    string // the last session.error of this run
+	cancelling bool                   // Cancel is aborting this run: however it ends, it ends cancelled
+	active     time.Time              // the last activity seen: an event, or a change seen by a poll
+	polled     opencode.SessionStatus // what the last poll saw of a busy session
+	retry      string                 // the message of the last retry status
+	baseline   string                 // id of the last message before the run's prompt ("" for a new session)
+	seenBusy   bool                   // the session went busy during this run
+	sessErr    string                 // the last session.error of this run
 
 	// While the status poll finds the session idle and the run undecided, its messages are
 	// read again at recheckAt, with a delay that doubles up to maxRecheck.
@@ -245,6 +249,8 @@ type LaunchInput struct {
 	// Resume must be empty: a follow-up to an existing task is [Manager.Resume]. It exists
 	// so a caller's fork-and-resume request is refused with [ErrForkResumeConflict].
 	Resume string
+	// Deadline bounds each run of the task (see [WithDeadline]); 0 uses the Manager's.
+	Deadline time.Duration
 	// Model optionally picks the model as "providerID/modelID" (e.g.
 	// "anthropic/claude-sonnet-4"); empty uses the agent's or the server's default.
 	Model string
@@ -312,6 +318,10 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	if in.Deadline < 0 {
+		return Task{}, fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, in.Deadline)
+	}
+	deadline := cmp.Or(in.Deadline, m.cfg.deadline)
 	if err := m.begin(); err != nil {
 		return Task{}, err
 	}
@@ -355,6 +365,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: StatusRunning,
 		Started: m.now(), Forked: in.Fork, ForkStats: stats, Depth: depth,
+		Deadline: deadline,
 	}}
 	m.mu.Lock()
 	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice

@@ -432,3 +432,54 @@ func TestFollowUpQueueT18(t *testing.T) {
 		t.Fatalf("cancel = %+v, %v", got, err)
 	}
 }
+
+// T-22: a run past its deadline, or without activity for the stale timeout, is aborted and
+// ends in error naming the limit; the parent is notified once.
+func TestWatchdogsT22(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	clock := fakeclock.New(time.Now())
+	m := newManager(t, f, asyncagents.WithClock(clock), asyncagents.WithStaleTimeout(5*time.Minute))
+	caller := fakeParent(t, f)
+	late, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "late", Agent: "general",
+		Prompt: "held", Deadline: time.Minute})
+	if err != nil || late.Deadline != time.Minute {
+		t.Fatalf("launch = %+v, %v", late, err)
+	}
+	quiet := launch(t, m, caller, "held too")
+	advance := func(d time.Duration) {
+		for step := time.Duration(0); step < d; step += 10 * time.Second {
+			clock.Advance(10 * time.Second)
+		}
+	}
+	advance(2 * time.Minute)
+	waitFor(t, 10*time.Second, func() bool {
+		clock.Advance(100 * time.Millisecond) // the poll's next tick
+		tk, _ := m.Get(late.ID)
+		return tk.Status == asyncagents.StatusError
+	})
+	if tk, _ := m.Get(late.ID); !strings.Contains(tk.Error, "deadline of 1m0s") {
+		t.Errorf("deadline error = %q", tk.Error)
+	}
+	if tk, _ := m.Get(quiet.ID); tk.Status != asyncagents.StatusRunning {
+		t.Fatalf("quiet task ended early: %s %q", tk.Status, tk.Error)
+	}
+	advance(3 * time.Minute)
+	waitFor(t, 10*time.Second, func() bool {
+		clock.Advance(time.Second)
+		tk, _ := m.Get(quiet.ID)
+		return tk.Status == asyncagents.StatusError
+	})
+	if tk, _ := m.Get(quiet.ID); !strings.Contains(tk.Error, "stale: no activity for 5m") {
+		t.Errorf("stale error = %q", tk.Error)
+	}
+	for _, id := range []string{late.ID, quiet.ID} {
+		waitFor(t, 10*time.Second, func() bool { return !fakeBusy(f, id) })
+	}
+	waitNotifications(t, f, caller.SessionID, 2)
+}
+
+func fakeBusy(f *opencodetest.FakeClient, id string) bool {
+	st, err := f.SessionStatus(context.Background(), "")
+	_, ok := st[id]
+	return err == nil && ok
+}

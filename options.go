@@ -71,6 +71,8 @@ type config struct {
 	nestingDepth   int
 	followUps      int
 	requestTimeout time.Duration
+	deadline       time.Duration
+	stale          time.Duration
 	reconcilers    int
 	notifyHorizon  time.Duration
 }
@@ -106,6 +108,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
 	case c.nestingDepth < 1 || c.nestingDepth > MaxNestingDepth:
 		return fmt.Errorf("%w: nesting depth %d must be 1 to %d", ErrInvalidInput, c.nestingDepth, MaxNestingDepth)
+	case c.deadline < 0:
+		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, c.deadline)
+	case c.stale < 0:
+		return fmt.Errorf("%w: stale timeout %v must not be negative", ErrInvalidInput, c.stale)
 	case c.requestTimeout <= 0:
 		return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidInput, c.requestTimeout)
 	case c.followUps < 0 || c.followUps > MaxFollowUps:
@@ -190,6 +196,21 @@ func WithFollowUpQueue(n int) Option { return optionFunc(func(cfg *config) { cfg
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.requestTimeout = d })
 }
+
+// WithDeadline sets how long a run (a launch's, or a follow-up's) may take before the
+// Manager aborts its session and ends the task in [StatusError] with a message naming the
+// deadline; the parent is notified once, as for any failure. [LaunchInput].Deadline sets it
+// per task. It is checked at every status poll, so it fires up to one poll interval late.
+// Defaults to 0: no deadline; must not be negative.
+func WithDeadline(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.deadline = d }) }
+
+// WithStaleTimeout ends a run that shows no activity for d: no event of its session (a part
+// created or updated — a tool streaming output counts —, streamed text, a status change) and
+// no change seen by a status poll. The Manager aborts the session and ends the task in
+// [StatusError] with a message naming the timeout, and the last retry message when the
+// session was stuck retrying a model call. Checked at every status poll. Defaults to 0: off;
+// must not be negative.
+func WithStaleTimeout(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.stale = d }) }
 
 // WithReconcilers sets how many goroutines read the messages of sessions that went idle.
 // Defaults to [DefaultReconcilers]; 1 to 64.

@@ -528,3 +528,43 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 		t.Fatalf("result = %q", tk.Result)
 	}
 }
+
+// T-22 on the real server: a run past its deadline is aborted and ends in error; with a stale
+// timeout shorter than the run, a tool that keeps streaming output is not stale, a tool that
+// says nothing for longer is.
+func TestRealServerWatchdogsT22(t *testing.T) {
+	srv := ownServer(t) // aborts busy sessions
+	c := srv.Client()
+	ctx := ctxT(t, 90*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "watchdog parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
+		asyncagents.WithStaleTimeout(4*time.Second))
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	streaming, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "streams", Agent: "general",
+		Prompt: "RUN:for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.5; done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "late", Agent: "general",
+		Prompt: "SLEEP:30", Deadline: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "silent", Agent: "general", Prompt: "RUN:sleep 30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{late.ID: "deadline of 2s", silent.ID: "stale: no activity"} {
+		got := await(t, m, caller, id)
+		if got.Status != asyncagents.StatusError || !strings.Contains(got.Error, want) {
+			t.Errorf("%s: %s %q, want error containing %q", id, got.Status, got.Error, want)
+		}
+		waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, id) })
+	}
+	if got := await(t, m, caller, streaming.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "tick 12") {
+		t.Errorf("streaming tool: %s %q %q", got.Status, got.Error, got.Result)
+	}
+}

@@ -99,6 +99,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	t.Prompt = prompt
 	e.done = make(chan struct{})
 	e.baseline, e.seenBusy, e.sessErr, e.cancelling = "", false, "", false
+	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID

@@ -80,6 +80,7 @@ type Task struct {
 	FollowUps       []string           `json:"followUps,omitempty"`  // follow-ups queued while active
 	Forked          bool               `json:"forked"`               // launched with the parent's context
 	Depth           int                `json:"depth,omitempty"`      // 1, or its parent task's depth + 1
+	Deadline        time.Duration      `json:"deadline,omitempty"`   // how long a run may take; 0: no limit
 	Progress        Progress           `json:"progress"`             //
 	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
 	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
