@@ -4,6 +4,8 @@
 #               race tests including the real-server suite (what CI runs)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
+#   make bench-fork  a forked launch's read of long parents imported into a real server, whole and
+#               paged: server, decode and pipeline time (P-4; takes minutes, not run by test or bench)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
 #   make test-versions  the race tests (real-server suite included) and a capture run against the
 #               pinned server and each older release in tools/opencode-versions/ (not run by CI);
@@ -25,7 +27,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race demo bench testdata opencode test-versions clean
+.PHONY: all test vet compat fmt-check race demo bench bench-fork testdata opencode test-versions clean
 
 all: test
 
@@ -70,6 +72,12 @@ demo: opencode
 
 bench: opencode
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-fork imports generated parents of 1,000, 5,000 and 20,000 messages, without compaction and
+# with a compaction boundary 500 messages from the end, into a real server (opencode import), and
+# reports for each a forked read whole and paged, split into server, decode and pipeline time.
+bench-fork: opencode
+	ASYNCAGENTS_BENCH_FORK=1 $(GO) test -run '^$$' -bench BenchmarkForkRead -benchtime 5x -timeout 60m ./fork/
 
 # testdata captures fork/testdata/*.json from a real server and rewrites the golden files.
 testdata: opencode

@@ -66,7 +66,7 @@ func ExampleManager_Launch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(task.Status, task.Forked, task.ForkStats.FinalMessages, "messages inherited")
+	fmt.Println(task.Forked, task.ForkStats.FinalMessages, "messages inherited")
 
 	out, err := m.Output(ctx, caller, task.ID, asyncagents.OutputOptions{Block: true})
 	if err != nil {
@@ -74,7 +74,7 @@ func ExampleManager_Launch() {
 	}
 	fmt.Println(out.Task.Status+":", out.Task.Result)
 	// Output:
-	// running true 3 messages inherited
+	// true 3 messages inherited
 	// completed: Found in the inherited context: DEPLOY_TOKEN=7f3a
 }
 

@@ -257,13 +257,40 @@ func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
 // expire aborts a run a watchdog fired for and ends it in error.
 func (m *Manager) expire(w watchdog) {
 	ctx, cancel := m.requestCtx()
-	err := m.client.Abort(ctx, w.e.task.ID)
-	cancel()
-	if err != nil {
+	defer cancel()
+	if err := m.abortAs(ctx, w.e, w.rc, runEnd{StatusError, w.msg}); err != nil { // the next poll tries again
 		m.cfg.logger.Warn("asyncagents: abort on a watchdog", "task", w.e.task.ID, "err", err)
-		return // the next poll tries again
 	}
-	m.finish(w.e, w.rc, StatusError, "", w.msg)
+}
+
+// runEnd is how a run the Manager aborts ends.
+type runEnd struct {
+	status Status
+	msg    string
+}
+
+// abortAs aborts run rc of e (POST /session/{id}/abort) and ends it as end. The end is set
+// before the abort, so the abort's own error, should a reconcile read it first, does not
+// decide the run; a failed abort unsets it.
+func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) error {
+	m.mu.Lock()
+	if e.task.ResumeCount != rc || !e.task.Status.Active() {
+		m.mu.Unlock()
+		return nil
+	}
+	e.aborting = &end
+	id := e.task.ID
+	m.mu.Unlock()
+	if err := m.client.Abort(ctx, id); err != nil {
+		m.mu.Lock()
+		if e.task.ResumeCount == rc {
+			e.aborting = nil
+		}
+		m.mu.Unlock()
+		return err
+	}
+	m.finish(e, rc, end.status, "", end.msg)
+	return nil
 }
 
 // requestCtx bounds one request of the Manager's own goroutines by the request timeout, so
@@ -549,9 +576,9 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 		m.mu.Unlock()
 		return
 	}
-	if e.cancelling {
-		st, result, errMsg = StatusCancelled, "", "cancelled"
-		e.cancelling = false
+	if e.aborting != nil {
+		st, result, errMsg = e.aborting.status, "", e.aborting.msg
+		e.aborting = nil
 	}
 	e.task.Status, e.task.Completed = st, m.now()
 	e.task.Result, e.task.Error = result, errMsg

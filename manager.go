@@ -31,13 +31,15 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 
-	cancelling bool                   // Cancel is aborting this run: however it ends, it ends cancelled
-	active     time.Time              // the last activity seen: an event, or a change seen by a poll
-	polled     opencode.SessionStatus // what the last poll saw of a busy session
-	retry      string                 // the message of the last retry status
-	baseline   string                 // id of the last message before the run's prompt ("" for a new session)
-	seenBusy   bool                   // the session went busy during this run
-	sessErr    string                 // the last session.error of this run
+	// aborting, set while the Manager aborts the run (Cancel, a watchdog), is how the run ends,
+	// whatever a reconcile reads first (the abort's own MessageAbortedError).
+	aborting *runEnd
+	active   time.Time              // the last activity seen: an event, or a change seen by a poll
+	polled   opencode.SessionStatus // what the last poll saw of a busy session
+	retry    string                 // the message of the last retry status
+	baseline string                 // id of the last message before the run's prompt ("" for a new session)
+	seenBusy bool                   // the session went busy during this run
+	sessErr  string                 // the last session.error of this run
 
 	// While the status poll finds the session idle and the run undecided, its messages are
 	// read again at recheckAt, with a delay that doubles up to maxRecheck.
@@ -290,8 +292,9 @@ func parseModel(s string) (*opencode.Model, error) {
 // the known agents), [ErrClosed]. Then it creates the child session (POST /session with the
 // caller's session as parentID, the title "Background: <description>" or
 // "Background (forked): <description>", and a rule denying the LLM tools at the deepest
-// level of [WithNestingDepth]); for a fork it reads the caller's messages
-// (GET /session/{id}/message), runs the fork pipeline and sends the result as a synthetic
+// level of [WithNestingDepth]); for a fork it reads the caller's messages newest first
+// (GET /session/{id}/message?limit=…&before=…), only as far back as the child's context
+// reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline and sends the result as a synthetic
 // part without reply (POST /session/{id}/message with noReply); it records the task and sends
 // the prompt (POST /session/{id}/prompt_async).
 //
@@ -338,12 +341,11 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		injection string
 		stats     *fork.Stats
 	)
-	if in.Fork {
-		msgs, err := m.client.Messages(ctx, in.Caller.SessionID, 0)
+	if in.Fork { // newest first, only as far back as the child's context reaches
+		r, err := m.cfg.pipeline.RunPages(ctx, fork.SessionPages(m.client, in.Caller.SessionID))
 		if err != nil {
 			return Task{}, callerErr(in.Caller.SessionID, err)
 		}
-		r := m.cfg.pipeline.Run(msgs)
 		injection, stats = r.Injection(), &r.Stats
 	} else if _, err := m.client.GetSession(ctx, in.Caller.SessionID); err != nil {
 		return Task{}, callerErr(in.Caller.SessionID, err)
@@ -629,17 +631,10 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		m.mu.Unlock()
 		return Task{}, fmt.Errorf("%w: only running tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
 	}
-	e.cancelling = true // the abort's own error, read by a reconcile, must not win
 	m.mu.Unlock()
-	if err := m.client.Abort(ctx, tid); err != nil {
-		m.mu.Lock()
-		if e.task.ResumeCount == rc {
-			e.cancelling = false
-		}
-		m.mu.Unlock()
+	if err := m.abortAs(ctx, e, rc, runEnd{StatusCancelled, "cancelled"}); err != nil {
 		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
 	}
-	m.finish(e, rc, StatusCancelled, "", "cancelled")
 	return m.snapshot(e), nil
 }
 

@@ -98,7 +98,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
 	t.Prompt = prompt
 	e.done = make(chan struct{})
-	e.baseline, e.seenBusy, e.sessErr, e.cancelling = "", false, "", false
+	e.baseline, e.seenBusy, e.sessErr, e.aborting = "", false, "", nil
 	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
 	if len(last) > 0 {

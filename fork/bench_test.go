@@ -1,10 +1,12 @@
 package fork_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/asyncagents/asyncagents/fork"
@@ -16,6 +18,12 @@ import (
 // tool part (outputs from a line to 40 KB, some failing, some multi-byte) and step-finish,
 // and a final text reply with reasoning. The same n gives the same session.
 func session(n int) []byte {
+	b, _ := json.Marshal(sessionMessages(n))
+	return b
+}
+
+// sessionMessages is session's messages before encoding.
+func sessionMessages(n int) []map[string]any {
 	r := rand.New(rand.NewPCG(uint64(n), 7))
 	lines := []string{"ok", "compiling package ./internal/x", "error: undefined: foo", "한글 출력 ✓", "PASS", "--- FAIL: TestX (0.01s)"}
 	var msgs []map[string]any
@@ -67,9 +75,18 @@ func session(n int) []byte {
 			})
 		}
 	}
-	b, _ := json.Marshal(msgs)
-	return b
+	return msgs
 }
+
+// generated1000 is session(1000) decoded, made once: the tests share it and must not change
+// it (generating and decoding it takes seconds under the race detector).
+var generated1000 = sync.OnceValue(func() []opencode.Message {
+	var msgs []opencode.Message
+	if err := json.Unmarshal(session(1000), &msgs); err != nil {
+		panic(err)
+	}
+	return msgs
+})
 
 func decodeMsgs(tb testing.TB, data []byte) []opencode.Message {
 	var msgs []opencode.Message
@@ -139,7 +156,7 @@ func BenchmarkDecode(b *testing.B) {
 // half a minute under the race detector. Every generated message shows a block, so blocks
 // dropped for the budget and blocks kept add up to the messages.
 func TestGeneratedSessionsRunClean(t *testing.T) {
-	base := decodeMsgs(t, session(1000))
+	base := generated1000()
 	if len(base) != 1000 {
 		t.Fatalf("generated %d messages, want 1000", len(base))
 	}
@@ -158,7 +175,9 @@ func TestGeneratedSessionsRunClean(t *testing.T) {
 		if st.RemovedMessages == 0 || st.RemovedMessages+st.FinalMessages != len(msgs) {
 			t.Errorf("%d messages: removed %d, kept %d", len(msgs), st.RemovedMessages, st.FinalMessages)
 		}
-		if want := toolResults(msgs) - fork.DefaultWholeResults - fork.DefaultTierTwoResults; st.Tier1 != fork.DefaultWholeResults ||
+		// Tiers count the results of the blocks kept: the newest FinalMessages messages.
+		kept := msgs[len(msgs)-st.FinalMessages:]
+		if want := toolResults(kept) - fork.DefaultWholeResults - fork.DefaultTierTwoResults; st.Tier1 != fork.DefaultWholeResults ||
 			st.Tier2 != fork.DefaultTierTwoResults || st.Tier3 != want {
 			t.Errorf("%d messages: tiers %d/%d/%d, want %d/%d/%d", len(msgs), st.Tier1, st.Tier2, st.Tier3,
 				fork.DefaultWholeResults, fork.DefaultTierTwoResults, want)
@@ -180,4 +199,45 @@ func toolResults(msgs []opencode.Message) int {
 		}
 	}
 	return n
+}
+
+// BenchmarkRunPages measures the paged pipeline (P-4) on decoded messages served in the page
+// sizes of SessionPages: it reads the parent newest first and stops where the context can no
+// longer change, so its cost follows the messages it reads (msgs-read/op), not the parent's
+// length. Run on the same parents is BenchmarkPipeline; the bytes are the whole parent's JSON.
+func BenchmarkRunPages(b *testing.B) {
+	for _, in := range []struct {
+		name     string
+		n        int
+		boundary int // a compaction boundary this many messages from the end; 0 for none
+		budget   int
+	}{
+		{"generated-1000", 1000, 0, fork.DefaultBudget},
+		{"generated-20000", 20000, 0, fork.DefaultBudget},
+		{"generated-20000-boundary-500", 20000, 500, fork.DefaultBudget},
+		{"generated-20000-boundary-500-no-budget-limit", 20000, 500, 1 << 40},
+	} {
+		b.Run(in.name, func(b *testing.B) {
+			data := session(in.n)
+			msgs := decodeMsgs(b, data)
+			if in.boundary > 0 {
+				msgs = withBoundary(msgs, in.boundary, 0)
+			}
+			p, err := fork.New(fork.WithBudget(in.budget))
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := &reader{msgs: msgs}
+			var res fork.Result
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.limits = r.limits[:0]
+				if res, err = p.RunPages(context.Background(), fork.SessionPages(r, "ses_bench")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(res.Stats.OriginalMessages), "msgs-read/op")
+		})
+	}
 }

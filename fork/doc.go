@@ -11,10 +11,15 @@
 //	  → Result           Context, Preamble, Stats
 //
 // The numbers are the defaults; options passed to [New] change them. [Pipeline.Run] does
-// all of it; [Slice] and [LatestBoundary] expose the first step.
+// all of it on the whole parent; [Pipeline.RunPages] does the same on a parent read page by
+// page, newest first ([SessionPages] reads the pages from an OpenCode server), and stops
+// reading as soon as older messages can no longer change the context: past the latest
+// compaction boundary, or once the budget is full. [Slice] and [LatestBoundary] expose the
+// first step.
 //
 // Lengths are characters (Unicode code points, Go runes), never bytes; no cut splits a
-// UTF-8 sequence (see package [truncate]). The pipeline is linear in its input: every
-// block is formatted once, and dropping blocks for the budget moves an offset. A
-// [Pipeline] is immutable and safe for concurrent use; the package starts no goroutines.
+// UTF-8 sequence (see package [truncate]). The pipeline is linear in its input: blocks are
+// formatted newest first, once each, and the blocks the budget drops are counted, not
+// formatted. A [Pipeline] is immutable and safe for concurrent use; the package starts no
+// goroutines.
 package fork

@@ -489,16 +489,63 @@ func TestPreambleF16(t *testing.T) {
 		msgs = append(msgs, user(txt(fmt.Sprint(i)+strings.Repeat("p", 9000))))
 	}
 	msgs = append(msgs, results(20, "read", 4000)...)
-	r := run(t, msgs)
-	for _, want := range []string{"compacted", "5 newest kept whole", "10 limited to 3000 characters", "5 limited to 500 characters",
-		fmt.Sprintf("%d oldest messages were removed", r.Stats.RemovedMessages), "200000", "read the file"} {
+
+	// Within the budget: the compaction summary starts the history.
+	r := run(t, msgs[:13])
+	for _, want := range []string{"compacted: it starts with the latest compaction summary", "All 11 messages were kept", "200000", "read the file"} {
 		if !strings.Contains(r.Preamble, want) {
 			t.Errorf("preamble lacks %q:\n%s", want, r.Preamble)
 		}
 	}
+
+	// Over the budget: the summary is among the blocks removed, and the preamble says the
+	// history starts part-way, how many messages were kept, and counts the results in them.
+	r = run(t, msgs)
+	if r.Stats.RemovedMessages == 0 {
+		t.Fatalf("nothing removed: %+v", r.Stats)
+	}
+	for _, want := range []string{"older messages were removed to fit the budget", "5 newest kept whole", "10 limited to 3000 characters",
+		"5 limited to 500 characters", fmt.Sprintf("The %d newest messages were kept", r.Stats.FinalMessages), "200000", "read the file"} {
+		if !strings.Contains(r.Preamble, want) {
+			t.Errorf("preamble lacks %q:\n%s", want, r.Preamble)
+		}
+	}
+	if strings.Contains(r.Preamble, "compacted") {
+		t.Errorf("preamble claims the context starts with the summary, which was removed:\n%s", r.Preamble)
+	}
+
 	r = run(t, []opencode.Message{user(txt("x"))})
 	if !strings.Contains(r.Preamble, "No compaction summary") || !strings.Contains(r.Preamble, "All 1 messages were kept") {
 		t.Errorf("preamble:\n%s", r.Preamble)
+	}
+	r = runBudget(t, 1000, []opencode.Message{user(txt("x")), user(txt(strings.Repeat("y", 2000)))})
+	if !strings.Contains(r.Preamble, "Only the newest message was kept, cut in the middle") {
+		t.Errorf("preamble:\n%s", r.Preamble)
+	}
+	r = runBudget(t, 1000, []opencode.Message{user(txt(strings.Repeat("y", 2000)))})
+	if !strings.Contains(r.Preamble, "The only message was cut in the middle") {
+		t.Errorf("preamble:\n%s", r.Preamble)
+	}
+}
+
+// Tool results in blocks the budget removed are not counted: the statistics and the
+// preamble describe the context the child sees (SPEC F-13, F-15).
+func TestStatsCountKeptBlocksF15(t *testing.T) {
+	msgs := results(40, "read", 4000) // 5 whole, 10 cut to 3000, 25 cut to 500
+	all := run(t, msgs)
+	if all.Stats.Tier3 != 25 || all.Stats.RemovedMessages != 0 {
+		t.Fatalf("stats = %+v", all.Stats)
+	}
+	// A budget that keeps the newest 20 blocks.
+	p, _ := fork.New()
+	kept := p.Run(msgs[20:])
+	r := runBudget(t, kept.Stats.TotalChars, msgs)
+	if r.Stats.FinalMessages != 20 || r.Stats.RemovedMessages != 20 || r.Stats.Tier1 != 5 || r.Stats.Tier2 != 10 || r.Stats.Tier3 != 5 ||
+		r.Stats.TruncatedResults != 15 {
+		t.Errorf("stats = %+v, want 20 kept, 20 removed, tiers 5/10/5, 15 cut", r.Stats)
+	}
+	if r.Context != kept.Context {
+		t.Error("context differs from the run on the kept messages alone")
 	}
 }
 

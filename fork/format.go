@@ -10,50 +10,36 @@ import (
 	"github.com/asyncagents/asyncagents/truncate"
 )
 
-// formatter writes every block into one buffer and remembers where each block starts and
-// how many characters it has, so the budget step can drop blocks without formatting again.
+// formatter writes the blocks of the sliced messages newest first, each once, and applies
+// the budget as it goes (SPEC F-13): a block is kept while the context stays within the
+// budget (the newest block always), and once one does not fit, it and every older block are
+// dropped; older ones are counted but not formatted. A tool result's rank is the number of
+// ranked results newer than it, so it is known when its message is formatted (SPEC F-6).
+// Stats count the tool results of the kept blocks.
 type formatter struct {
-	cfg    *config
-	stats  *Stats
-	ranked int // non-compacted tool results in the sliced messages
-	seen   int // of those, formatted so far (oldest first)
+	cfg   *config
+	stats *Stats
+	rank  int // ranked results in the messages formatted so far
+	next  int // rank of the next ranked result of the current message
 
-	buf    strings.Builder
-	starts []int // byte offset of each block in buf
-	chars  []int // characters of each block
-	labels []int // characters of each block's "\nLabel:" prefix
-	cur    int   // characters written to the current block
-	lines  int   // lines written to the current block
+	buf     []byte // the kept blocks, newest first
+	starts  []int  // byte offset of each kept block in buf
+	chars   []int  // characters of each kept block
+	labels  []int  // characters of each kept block's "\nLabel:" prefix
+	total   int    // characters of the context so far: the tags and the kept blocks
+	full    bool   // a block did not fit: every older block is dropped
+	dropped int    // blocks dropped for the budget
+	cur     int    // characters written to the current block
 }
 
-// countRanked counts the tool results that are ranked (SPEC F-6): completed or error, and
-// not compacted.
-func countRanked(msgs []*opencode.Message) int {
-	n := 0
-	for _, m := range msgs {
-		for i := range m.Parts {
-			if p := &m.Parts[i]; p.Type == opencode.PartTool && hasResult(p) && !isCompacted(p) {
-				n++
-			}
-		}
-	}
-	return n
+func newFormatter(cfg *config, stats *Stats) *formatter {
+	return &formatter{cfg: cfg, stats: stats, total: len(openTag) + len(closeTag)} // ASCII: bytes = characters
 }
 
-// estimateSize guesses the formatted size from the text the blocks will hold.
-func estimateSize(msgs []*opencode.Message) int {
-	n := len(openTag) + len(closeTag)
-	for _, m := range msgs {
-		n += 8
-		for i := range m.Parts {
-			p := &m.Parts[i]
-			n += len(p.Text)
-			if p.State != nil {
-				n += min(len(p.State.Output)+len(p.State.Error), DefaultTierTwoLimit*4) + min(len(p.State.Input), 2000) + 32
-			}
-		}
-	}
-	return min(n, 64<<20)
+// ranked reports whether p is a ranked tool result (SPEC F-6): completed or error, and not
+// compacted.
+func ranked(p *opencode.Part) bool {
+	return p.Type == opencode.PartTool && hasResult(p) && !isCompacted(p)
 }
 
 func hasResult(p *opencode.Part) bool {
@@ -74,36 +60,55 @@ func isCompacted(p *opencode.Part) bool {
 }
 
 func (f *formatter) write(s string) {
-	f.buf.WriteString(s)
+	f.buf = append(f.buf, s...)
 	f.cur += utf8.RuneCountInString(s)
 }
 
 // line starts a new line of the current block.
 func (f *formatter) line(s string) {
-	f.buf.WriteByte('\n')
+	f.buf = append(f.buf, '\n')
 	f.cur++
 	f.write(s)
-	f.lines++
 }
 
-// message writes the block of one message (SPEC F-12); a message with no lines has none.
-func (f *formatter) message(m *opencode.Message) {
+// add writes the block of m, the message before (older than) those added so far (SPEC F-12);
+// a message with no lines has none. When the block does not fit the budget and is not the
+// first, it is taken back and the formatter is full.
+func (f *formatter) add(m *opencode.Message) {
 	if !hasLines(m) {
 		return
 	}
-	start := f.buf.Len()
+	if f.full {
+		f.dropped++
+		return
+	}
+	saved, start := *f.stats, len(f.buf)
 	label := "\nAgent:"
 	if m.Info.Role == opencode.RoleUser {
 		label = "\nUser:"
 	}
-	f.buf.WriteString(label)
-	f.cur, f.lines = len(label), 0
+	f.buf = append(f.buf, label...)
+	f.cur = len(label)
+	n := 0
+	for i := range m.Parts {
+		if ranked(&m.Parts[i]) {
+			n++
+		}
+	}
+	f.next, f.rank = f.rank+n-1, f.rank+n // parts in order: the first is the oldest
 	for i := range m.Parts {
 		f.part(&m.Parts[i])
+	}
+	if len(f.chars) > 0 && f.total+f.cur > f.cfg.budget {
+		f.buf, *f.stats = f.buf[:start], saved
+		f.full = true
+		f.dropped++
+		return
 	}
 	f.starts = append(f.starts, start)
 	f.chars = append(f.chars, f.cur)
 	f.labels = append(f.labels, len(label))
+	f.total += f.cur
 }
 
 // hasLines reports whether any part of m adds a line (SPEC F-12).
@@ -156,9 +161,8 @@ func (f *formatter) tool(p *opencode.Part) {
 				result = ClearedResult
 			}
 		} else {
-			rank := f.ranked - 1 - f.seen
-			f.seen++
-			tier, limit := f.tier(rank)
+			tier, limit := f.tier(f.next)
+			f.next--
 			paramLimit = f.cfg.paramLimits[tier-1]
 			result = f.cut(p, resultText(p), tier, limit)
 		}
@@ -310,43 +314,31 @@ func compactInput(raw json.RawMessage, limit int) string {
 	return s
 }
 
-// enforceBudget drops the oldest blocks while the context exceeds the budget and more than
-// one block remains, then clips the last block if it alone is too long (SPEC F-13). Each
-// block is copied once.
-func (f *formatter) enforceBudget() string {
-	wrap := len(openTag) + len(closeTag) // ASCII: bytes = characters
-	total := wrap
-	for _, c := range f.chars {
-		total += c
-	}
-	first := 0
-	for total > f.cfg.budget && len(f.chars)-first > 1 {
-		total -= f.chars[first]
-		first++
-	}
-	f.stats.RemovedMessages = first
-	f.stats.FinalMessages = len(f.chars) - first
-	all := f.buf.String()
-
-	if total > f.cfg.budget { // one block left, too long on its own
+// finish returns the context: the tags around the kept blocks, oldest first, each copied
+// once; when the one block kept is too long on its own, its middle is cut (SPEC F-13).
+func (f *formatter) finish() string {
+	f.stats.FinalMessages, f.stats.RemovedMessages, f.stats.TotalChars = len(f.chars), f.dropped, f.total
+	if f.total > f.cfg.budget { // one block, too long on its own
 		f.stats.BudgetClipped = true
-		start := f.starts[first]
-		label := all[start : start+f.labels[first]]
-		content := all[start+f.labels[first]:]
-		c := f.chars[first] - f.labels[first]
-		avail := f.cfg.budget - wrap - f.labels[first]
-		k := largestKept(c, avail)
+		wrap := len(openTag) + len(closeTag)
+		label := string(f.buf[:f.labels[0]])
+		content := string(f.buf[f.labels[0]:])
+		c := f.chars[0] - f.labels[0]
+		k := largestKept(c, f.cfg.budget-wrap-f.labels[0])
 		h := k * 8 / 10
-		clipped := truncate.Keep(content, h, k-h)
-		f.stats.TotalChars = wrap + f.labels[first] + k + 2 + truncate.MarkerLen(c-k)
-		return openTag + label + clipped + closeTag
+		f.stats.TotalChars = wrap + f.labels[0] + k + 2 + truncate.MarkerLen(c-k)
+		return openTag + label + truncate.Keep(content, h, k-h) + closeTag
 	}
-	f.stats.TotalChars = total
-	body := ""
-	if first < len(f.starts) {
-		body = all[f.starts[first]:]
+	var b strings.Builder
+	b.Grow(len(openTag) + len(f.buf) + len(closeTag))
+	b.WriteString(openTag)
+	end := len(f.buf)
+	for k := len(f.starts) - 1; k >= 0; k-- {
+		b.Write(f.buf[f.starts[k]:end])
+		end = f.starts[k]
 	}
-	return openTag + body + closeTag
+	b.WriteString(closeTag)
+	return b.String()
 }
 
 // largestKept returns the largest k < c such that k kept characters, the two newlines and

@@ -16,10 +16,11 @@ const (
 
 // Stats describes what [Pipeline.Run] did. All counts are of messages or tool results,
 // lengths are in characters; the JSON keys are the ones tasks report. Tier1, Tier2, Tier3,
-// TruncatedResults and HeadTailApplied describe the tool results of the sliced messages,
-// before the budget dropped any block.
+// TruncatedResults and HeadTailApplied count the tool results in the context, that is in the
+// blocks the budget kept. [Pipeline.RunPages] reports the same, except for the counts that
+// need the whole parent (see there).
 type Stats struct {
-	OriginalMessages   int  `json:"original_messages"`   // messages given to Run
+	OriginalMessages   int  `json:"original_messages"`   // messages given to Run (read by RunPages)
 	FinalMessages      int  `json:"final_messages"`      // blocks in the context
 	CompactionDetected bool `json:"compaction_detected"` // a compaction boundary was used
 	CompactionIndex    int  `json:"compaction_index"`    // index in the input of the kept summary, -1 if none
@@ -33,7 +34,7 @@ type Stats struct {
 	BudgetClipped      bool `json:"budget_clipped"`      // the one block left was cut in the middle to fit
 }
 
-// Result is the output of [Pipeline.Run].
+// Result is the output of [Pipeline.Run] and [Pipeline.RunPages].
 type Result struct {
 	// Context is "<inherited_context>", one block per message that shows anything, and
 	// "\n</inherited_context>"; at most the budget in characters. A block is "\nUser:" or
@@ -100,20 +101,18 @@ func New(opts ...Option) (*Pipeline, error) {
 //     "...[truncated N chars]..." marker.
 //
 // Run never fails: parts it cannot show add no line. Its cost is linear in the size of
-// msgs; blocks are formatted once and never again for the budget.
+// msgs: blocks are formatted newest first, once each, and the blocks the budget drops are
+// counted, not formatted.
 func (p *Pipeline) Run(msgs []opencode.Message) Result {
 	sliced, b, hasBoundary := Slice(msgs, p.cfg.tailAware)
 	st := Stats{OriginalMessages: len(msgs), CompactionIndex: -1}
 	if hasBoundary {
 		st.CompactionDetected, st.CompactionIndex = true, b.Summary
 	}
-
-	f := formatter{cfg: &p.cfg, stats: &st}
-	f.ranked = countRanked(sliced)
-	f.buf.Grow(estimateSize(sliced))
-	for _, m := range sliced {
-		f.message(m)
+	f := newFormatter(&p.cfg, &st)
+	for i := len(sliced) - 1; i >= 0; i-- {
+		f.add(sliced[i])
 	}
-	ctx := f.enforceBudget()
+	ctx := f.finish()
 	return Result{Context: ctx, Preamble: p.Preamble(st), Stats: st}
 }

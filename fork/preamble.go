@@ -6,19 +6,24 @@ import (
 )
 
 // Preamble returns the text that tells a forked child how its inherited context was built
-// from st, the statistics of a [Pipeline.Run] of p: whether a compaction summary was used,
-// how many tool results are whole or limited to the tier-2 and tier-3 limits (with p's
-// limits), how many of the oldest messages were removed to fit p's budget (or that all were
-// kept), and that it should read files or run commands again when it needs their complete
-// content. [Pipeline.Run] sets [Result.Preamble] to it.
+// from st, the statistics of a [Pipeline.Run] or [Pipeline.RunPages] of p: whether a
+// compaction summary was used, or that older messages were removed to fit p's budget (and
+// how many of the newest were kept), or that all were kept; how many tool results in the
+// context are whole or limited to the tier-2 and tier-3 limits (with p's limits); and that
+// it should read files or run commands again when it needs their complete content. It reads
+// only what the context shows and whether anything was removed, so Run and RunPages give
+// the same preamble. [Pipeline.Run] sets [Result.Preamble] to it.
 func (p *Pipeline) Preamble(st Stats) string {
 	var b strings.Builder
 	b.WriteString("You are a background task forked from another agent's session. Its conversation so far is " +
 		"inside <inherited_context> below, for reference; your own task follows in the next message.\n" +
 		"How the inherited context was prepared:\n")
-	if st.CompactionDetected {
+	switch {
+	case st.RemovedMessages > 0:
+		b.WriteString("- The session's older messages were removed to fit the budget: the history starts part-way through it.\n")
+	case st.CompactionDetected:
 		b.WriteString("- The session had been compacted: it starts with the latest compaction summary; the messages before it were dropped.\n")
-	} else {
+	default:
 		b.WriteString("- No compaction summary was used: the history starts at the beginning of the session.\n")
 	}
 	fmt.Fprintf(&b, "- Tool results: %d newest kept whole, %d limited to %d characters, %d limited to %d characters",
@@ -29,10 +34,9 @@ func (p *Pipeline) Preamble(st Stats) string {
 	b.WriteString(".\n")
 	switch {
 	case st.RemovedMessages > 0 && st.BudgetClipped:
-		fmt.Fprintf(&b, "- The %d oldest messages were removed and the last one was cut in the middle to fit the budget of %d characters.\n",
-			st.RemovedMessages, p.cfg.budget)
+		fmt.Fprintf(&b, "- Only the newest message was kept, cut in the middle to fit the budget of %d characters.\n", p.cfg.budget)
 	case st.RemovedMessages > 0:
-		fmt.Fprintf(&b, "- The %d oldest messages were removed to fit the budget of %d characters.\n", st.RemovedMessages, p.cfg.budget)
+		fmt.Fprintf(&b, "- The %d newest messages were kept: all that fit the budget of %d characters.\n", st.FinalMessages, p.cfg.budget)
 	case st.BudgetClipped:
 		fmt.Fprintf(&b, "- The only message was cut in the middle to fit the budget of %d characters.\n", p.cfg.budget)
 	default:

@@ -5,8 +5,9 @@ import "github.com/asyncagents/asyncagents/opencode"
 // Boundary is a compaction boundary, as indexes into the messages it was found in. Marker
 // is a user message with a part of type compaction; Summary is its summary, the first later
 // assistant message with "summary": true that comes before any later marker. TailStart is
-// the index of the message the compaction part names as tail_start_id, or -1 when it names
-// none or that message is not before the marker.
+// the index of the message the compaction part names as tail_start_id (the nearest one
+// before the marker, should ids repeat), or -1 when it names none or no message before the
+// marker has that id.
 type Boundary struct {
 	Marker, Summary, TailStart int
 }
@@ -23,7 +24,7 @@ func LatestBoundary(msgs []opencode.Message) (Boundary, bool) {
 	for i := range msgs {
 		m := &msgs[i]
 		switch {
-		case m.Info.Role == opencode.RoleUser && compactionPart(m) != nil:
+		case isMarker(m):
 			pending = i
 		case pending >= 0 && m.Info.IsSummary():
 			found, ok = Boundary{Marker: pending, Summary: i, TailStart: -1}, true
@@ -34,7 +35,7 @@ func LatestBoundary(msgs []opencode.Message) (Boundary, bool) {
 		return Boundary{}, false
 	}
 	if tail := compactionPart(&msgs[found.Marker]).TailStartID; tail != "" {
-		for i := 0; i < found.Marker; i++ {
+		for i := found.Marker - 1; i >= 0; i-- {
 			if msgs[i].Info.ID == tail {
 				found.TailStart = i
 				break
@@ -42,6 +43,11 @@ func LatestBoundary(msgs []opencode.Message) (Boundary, bool) {
 		}
 	}
 	return found, true
+}
+
+// isMarker reports a compaction marker (SPEC F-1): a user message with a compaction part.
+func isMarker(m *opencode.Message) bool {
+	return m.Info.Role == opencode.RoleUser && compactionPart(m) != nil
 }
 
 func compactionPart(m *opencode.Message) *opencode.Part {

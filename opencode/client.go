@@ -29,6 +29,10 @@ type Client interface {
 	// Messages returns the last limit messages of a session, oldest first; 0 means all
 	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
+	// MessagesBefore returns one page of a session's messages, oldest first: the limit
+	// newest messages older than the cursor before ("" for the newest), and the cursor of
+	// the next older page, "" when there is none (GET /session/{id}/message?limit&before).
+	MessagesBefore(ctx context.Context, sessionID string, limit int, before string) (msgs []Message, next string, err error)
 	// Message returns one message of a session (GET /session/{id}/message/{messageID}).
 	Message(ctx context.Context, sessionID, messageID string) (*Message, error)
 	// Prompt sends a prompt and waits for the agent loop (POST /session/{id}/message).
@@ -163,27 +167,33 @@ func (c *HTTPClient) newRequest(ctx context.Context, method, path string, query 
 
 // do sends a request and decodes a 2xx JSON answer into out (nil: discard).
 func (c *HTTPClient) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	_, err := c.doHeader(ctx, method, path, query, body, out)
+	return err
+}
+
+// doHeader is do that also returns the header of a 2xx answer.
+func (c *HTTPClient) doHeader(ctx context.Context, method, path string, query url.Values, body, out any) (http.Header, error) {
 	req, err := c.newRequest(ctx, method, path, query, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("opencode: %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("opencode: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return newAPIError(method, path, resp.StatusCode, b)
+		return nil, newAPIError(method, path, resp.StatusCode, b)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+		return resp.Header, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("opencode: %s %s: decode response: %w", method, path, err)
+		return nil, fmt.Errorf("opencode: %s %s: decode response: %w", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func sessionPath(id string, rest string) string { return "/session/" + url.PathEscape(id) + rest }
@@ -240,6 +250,31 @@ func (c *HTTPClient) Messages(ctx context.Context, sessionID string, limit int) 
 		return nil, err
 	}
 	return m, nil
+}
+
+// MessagesBefore returns one page of a session's messages, oldest first (GET
+// /session/{id}/message?limit=N&before=CURSOR): the limit newest messages older than the
+// cursor before, or the newest limit messages for before "", and next, the cursor of the
+// page before this one (OpenCode's X-Next-Cursor header), "" on the last page. Reading pages
+// from "" until next is "" returns every message once, newest page first. A cursor is opaque
+// (OpenCode's is base64url JSON naming the oldest message of its page) and stays valid when
+// newer messages arrive. limit must be positive (OpenCode ignores before without a limit);
+// a cursor the server cannot read fails with an [*APIError] of status 400 (BadRequest), an
+// unknown session matches [ErrNotFound].
+func (c *HTTPClient) MessagesBefore(ctx context.Context, sessionID string, limit int, before string) ([]Message, string, error) {
+	if limit < 1 {
+		return nil, "", fmt.Errorf("opencode: MessagesBefore: limit %d must be positive", limit)
+	}
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if before != "" {
+		q.Set("before", before)
+	}
+	var m []Message
+	h, err := c.doHeader(ctx, http.MethodGet, sessionPath(sessionID, "/message"), q, nil, &m)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, h.Get("X-Next-Cursor"), nil
 }
 
 // Message returns one message of a session (GET /session/{id}/message/{messageID}). An

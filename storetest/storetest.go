@@ -435,6 +435,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		ResumeCount:     n%3 + 1,
 		Forked:          true,
 		Depth:           n%2 + 1,
+		Deadline:        time.Duration(n+1) * time.Minute,
 		FollowUps:       []string{"follow up " + id},
 		Progress: asyncagents.Progress{
 			ToolCalls: n + 5,
