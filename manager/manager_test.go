@@ -121,7 +121,7 @@ func TestResolveT1(t *testing.T) {
 		{"wxyz0000", 0, []string{"ses_wxyz0000"}}, // an exact id beats a longer id it prefixes
 		{"abcd", 0, []string{"ses_abcd1111", "ses_abcd2222"}},
 		{"abcd", 1, []string{"ses_abcd2222"}}, // the largest when there are more
-		{"abc", 0, nil}, // too short to be a prefix
+		{"abc", 0, nil},                       // too short to be a prefix
 		{"", 0, nil},
 		{"ses_", 0, nil},
 		{"ses_other000", 0, nil},
