@@ -31,6 +31,11 @@ var (
 	ErrSessionExpired = errors.New("asyncagents: task session expired")
 	// ErrNestingDepth: the caller is a task at the deepest level WithNestingDepth allows.
 	ErrNestingDepth = errors.New("asyncagents: nesting too deep")
+	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
+	ErrStoreLocked = errors.New("asyncagents: store locked")
+	// ErrStoreCorrupt: the file is not a FileStore's, or a line of it does not read; the
+	// message names the path and the line. The file is left as it was.
+	ErrStoreCorrupt = errors.New("asyncagents: store file corrupt")
 	// ErrClosed: the Manager was closed.
 	ErrClosed = errors.New("asyncagents: manager closed")
 )

@@ -15,16 +15,6 @@ import (
 	"sync"
 )
 
-// Errors of [NewFileStore]. Each is wrapped with the path of the file; match with
-// [errors.Is].
-var (
-	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
-	ErrStoreLocked = errors.New("asyncagents: store locked")
-	// ErrStoreCorrupt: the file is not a FileStore's, or a line of it does not read; the
-	// message names the path and the line. The file is left as it was.
-	ErrStoreCorrupt = errors.New("asyncagents: store file corrupt")
-)
-
 // fileHeader is the first line of every file of a FileStore.
 const fileHeader = `{"asyncagents":"tasks","version":1}` + "\n"
 
