@@ -974,6 +974,14 @@ func (s *leanServer) end(id string) time.Time {
 	return idle
 }
 
+func (s *leanServer) Permissions(context.Context, string) ([]opencode.Permission, error) {
+	return nil, nil
+}
+
+func (s *leanServer) ReplyPermission(context.Context, string, string, opencode.PermissionReply) error {
+	return errors.New("leanServer: no permission requests")
+}
+
 func (s *leanServer) Abort(_ context.Context, id string) error {
 	if s.closed.Load() {
 		return errLeanClosed

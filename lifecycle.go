@@ -96,6 +96,7 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff) {
 	}
 	defer stream.Close()
 	m.enqueueActive()
+	m.catchUpPermissions(false) // requests asked while no stream was open
 	for ev, err := range stream.All() {
 		if err != nil {
 			m.cfg.logger.Debug("asyncagents: event stream ended", "err", err)
@@ -188,8 +189,7 @@ func (m *Manager) handle(ev opencode.Event) {
 	case opencode.EventMessagePartUpdate:
 		m.progressLocked(e, p.Part)
 	case opencode.EventPermissionAsked:
-		e.task.Permission = &PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns}
-		e.version++
+		m.permissionAskedLocked(e, PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns})
 	case opencode.EventPermissionReplied:
 		e.task.Permission = nil
 		e.version++
@@ -429,6 +429,7 @@ func (m *Manager) poll() {
 	for _, w := range expired {
 		m.expire(w)
 	}
+	m.catchUpPermissions(true)
 	for dir, ids := range dirs {
 		ctx, cancel := m.requestCtx()
 		st, err := m.client.SessionStatus(ctx, dir)
@@ -459,6 +460,52 @@ func (m *Manager) poll() {
 				e.recheckDelay = min(max(2*e.recheckDelay, m.cfg.poll), maxRecheck)
 				e.recheckAt = now.Add(e.recheckDelay)
 				m.enqueueLocked(id, true)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// quietPermissions is how long a busy task may go without an event before the poll looks
+// for a permission request it may have missed (an event lost while the stream was
+// reconnecting).
+const quietPermissions = 5 * time.Second
+
+// catchUpPermissions reads the pending permission requests (GET /permission) of the
+// directories with active tasks — with quietOnly, only of those with a busy task that has
+// been without events for quietPermissions — and applies those of task sessions as their
+// permission.asked events would have been.
+func (m *Manager) catchUpPermissions(quietOnly bool) {
+	m.mu.Lock()
+	now := m.now()
+	dirs := map[string]bool{}
+	for _, e := range m.tasks {
+		if !e.task.Status.Active() || e.task.Permission != nil {
+			continue
+		}
+		last := e.task.Started
+		if e.active.After(last) {
+			last = e.active
+		}
+		if !quietOnly || e.seenBusy && now.Sub(last) >= quietPermissions {
+			dirs[e.task.Directory] = true
+		}
+	}
+	m.mu.Unlock()
+	for dir := range dirs {
+		ctx, cancel := m.requestCtx()
+		reqs, err := m.client.Permissions(ctx, dir)
+		cancel()
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.cfg.logger.Warn("asyncagents: list permission requests", "directory", dir, "err", err)
+			}
+			continue
+		}
+		m.mu.Lock()
+		for _, r := range reqs {
+			if e := m.tasks[r.SessionID]; e != nil && e.task.Status.Active() {
+				m.permissionAskedLocked(e, PendingPermission{ID: r.ID, Permission: r.Permission, Patterns: r.Patterns})
 			}
 		}
 		m.mu.Unlock()

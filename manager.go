@@ -65,7 +65,9 @@ type batch struct {
 //
 // A Manager owns a constant number of goroutines, whatever the number of tasks: one event
 // subscription (GET /global/event, reconnected with backoff), one status poller, the
-// reconcilers of [WithReconcilers] and one notifier. [Manager.Close] stops them and waits.
+// reconcilers of [WithReconcilers] and one notifier with up to 32 delivery workers; with
+// [WithPermissionPolicy], one short-lived goroutine per request it answers.
+// [Manager.Close] stops them and waits.
 type Manager struct {
 	client opencode.Client
 	cfg    config

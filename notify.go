@@ -83,12 +83,16 @@ func (m *Manager) notifyLocked(e *entry) {
 	if b := m.batches[t.BatchID]; b != nil {
 		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
 	}
-	note := Notification{
+	m.queueNoteLocked(e, Notification{
 		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
-		State:   NotificationPending,
 		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
-		Created: m.now(),
-	}
+	})
+}
+
+// queueNoteLocked adds a pending notification to e's record and queues it for e's parent.
+func (m *Manager) queueNoteLocked(e *entry, note Notification) {
+	t := &e.task
+	note.State, note.Created = NotificationPending, m.now()
 	// Keep the undelivered ones and the last delivered one.
 	kept := t.Notifications[:0]
 	for i, o := range t.Notifications {
@@ -97,6 +101,7 @@ func (m *Manager) notifyLocked(e *entry) {
 		}
 	}
 	t.Notifications = append(kept, note)
+	e.version++
 	m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
 }
 

@@ -73,6 +73,7 @@ type config struct {
 	requestTimeout time.Duration
 	deadline       time.Duration
 	stale          time.Duration
+	permissions    PermissionPolicy
 	reconcilers    int
 	notifyHorizon  time.Duration
 }
@@ -211,6 +212,16 @@ func WithDeadline(d time.Duration) Option { return optionFunc(func(cfg *config) 
 // session was stuck retrying a model call. Checked at every status poll. Defaults to 0: off;
 // must not be negative.
 func WithStaleTimeout(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.stale = d }) }
+
+// WithPermissionPolicy answers the permission requests of task sessions (OpenCode asks, for
+// example, before a tool touches a path outside the project, and the session waits until it
+// is answered): p decides each request, and the Manager replies on the task's directory
+// (POST /permission/{id}/reply). [ReplyAll] answers every request the same way. Defaults to
+// nil: requests are not answered; the task shows the pending request (Task.Permission) and
+// the parent gets one notification per request naming the permission and its patterns.
+func WithPermissionPolicy(p PermissionPolicy) Option {
+	return optionFunc(func(cfg *config) { cfg.permissions = p })
+}
 
 // WithReconcilers sets how many goroutines read the messages of sessions that went idle.
 // Defaults to [DefaultReconcilers]; 1 to 64.

@@ -248,7 +248,7 @@ func FormatOutput(out Output, now time.Time) string {
 			fmt.Fprintf(&b, " (last: %s)", strings.Join(t.Progress.LastTools, ", "))
 		}
 		if t.Permission != nil {
-			fmt.Fprintf(&b, "\nWaiting for permission: %s %s", t.Permission.Permission, strings.Join(t.Permission.Patterns, ", "))
+			fmt.Fprintf(&b, "\nWaiting for permission: %s", t.Permission)
 		}
 		if out.TimedOut {
 			b.WriteString("\nTimed out waiting; the task is still running.")
@@ -286,8 +286,9 @@ func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessag
 }
 
 // FormatList renders tasks as the list tool shows them to the model: one line per task with
-// the display id and its [Task.Markers], description, agent, status, duration and tool calls,
-// or "No background tasks found" (naming the status filter when there is one).
+// the display id and its [Task.Markers], description, agent, status, duration, tool calls and
+// a permission it waits for, or "No background tasks found" (naming the status filter when
+// there is one).
 func FormatList(tasks []Task, status Status, now time.Time) string {
 	if len(tasks) == 0 {
 		if status != "" {
@@ -300,6 +301,9 @@ func FormatList(tasks []Task, status Status, now time.Time) string {
 	for _, t := range tasks {
 		fmt.Fprintf(&b, "\n- %s%s | %s | agent: %s | %s | %s | %d tool calls",
 			t.DisplayID, t.Markers(), t.Description, t.Agent, t.Status, hints.Duration(t.Duration(now)), t.Progress.ToolCalls)
+		if t.Permission != nil && t.Status.Active() {
+			fmt.Fprintf(&b, " | waiting for permission: %s", t.Permission)
+		}
 	}
 	return b.String()
 }

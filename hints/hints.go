@@ -15,6 +15,7 @@ const (
 	Completed Outcome = iota // the task finished
 	Failed                   // the task ended with an error
 	Cancelled                // the task was cancelled
+	Waiting                  // the task waits for a permission answer (Notice.Permission)
 )
 
 // DefaultToolPrefix is the prefix of the tool names the hidden part mentions
@@ -40,6 +41,7 @@ type Notice struct {
 //	✓ **Agent "<description>" finished in <duration>.**     Completed
 //	✗ **Agent "<description>" failed in <duration>.**       Failed
 //	⊘ **Agent "<description>" cancelled after <duration>.** Cancelled
+//	⏸ **Agent "<description>" is waiting for permission: <permission>.**  Waiting
 //	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
 //	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
 //	Task Progress: <Completed>/<Total>
@@ -58,6 +60,8 @@ func Visible(n Notice, debug bool) string {
 		head = fmt.Sprintf("✓ **Agent %q finished in %s.**", n.Description, d)
 	case n.Outcome == Failed:
 		head = fmt.Sprintf("✗ **Agent %q failed in %s.**", n.Description, d)
+	case n.Outcome == Waiting:
+		head = fmt.Sprintf("⏸ **Agent %q is waiting for permission: %s.**", n.Description, n.Permission)
 	default:
 		head = fmt.Sprintf("⊘ **Agent %q cancelled after %s.**", n.Description, d)
 	}

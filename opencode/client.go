@@ -45,6 +45,12 @@ type Client interface {
 	SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error)
 	// Agents lists the agents (GET /agent).
 	Agents(ctx context.Context) ([]Agent, error)
+	// Permissions lists the pending permission requests of a directory's instance
+	// (GET /permission).
+	Permissions(ctx context.Context, directory string) ([]Permission, error)
+	// ReplyPermission answers a pending permission request of a directory's instance
+	// (POST /permission/{id}/reply).
+	ReplyPermission(ctx context.Context, directory, requestID string, reply PermissionReply) error
 	// Events subscribes to the server's events (GET /global/event).
 	Events(ctx context.Context) (EventStream, error)
 }

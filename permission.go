@@ -1,0 +1,114 @@
+package asyncagents
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/asyncagents/asyncagents/hints"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// PermissionReply is how a task session's permission request is answered.
+type PermissionReply string
+
+// Permission replies. PermissionAsk leaves the request waiting: the task shows it
+// (Task.Permission) and its parent is told once.
+const (
+	PermissionAsk    PermissionReply = ""       // do not answer
+	PermissionOnce   PermissionReply = "once"   // allow this call
+	PermissionAlways PermissionReply = "always" // allow it and the like for the rest of the session
+	PermissionReject PermissionReply = "reject" // refuse it; the agent loop stops
+)
+
+// PermissionPolicy decides a permission request of a task's session (the permission.asked
+// event): the task as it is, and the request (the permission or tool, and the patterns it
+// asks for). It runs on a goroutine of the Manager, must not block for long, and may be
+// called concurrently. A panic in it is recovered and logged, and leaves the request waiting.
+type PermissionPolicy func(t Task, req PendingPermission) PermissionReply
+
+// ReplyAll returns a policy that answers every request with r.
+func ReplyAll(r PermissionReply) PermissionPolicy {
+	return func(Task, PendingPermission) PermissionReply { return r }
+}
+
+func (r PermissionReply) valid() bool {
+	return r == PermissionAsk || r == PermissionOnce || r == PermissionAlways || r == PermissionReject
+}
+
+// permissionAskedLocked records a permission request of e's session and, with a policy,
+// answers it; without one (or when the policy asks), tells the parent once per request.
+func (m *Manager) permissionAskedLocked(e *entry, req PendingPermission) {
+	if e.task.Permission != nil && e.task.Permission.ID == req.ID {
+		return // the same request again
+	}
+	e.task.Permission = &req
+	e.version++
+	if m.cfg.permissions != nil {
+		snap, rc := e.task.clone(), e.task.ResumeCount
+		m.wg.Add(1) // m.wg is above zero: the event loop that calls this is counted in it
+		go func() {
+			defer m.wg.Done()
+			m.answerPermission(e, rc, snap, req)
+		}()
+		return
+	}
+	m.waitingLocked(e, req)
+}
+
+// waitingLocked queues a notification that e waits for a permission answer.
+func (m *Manager) waitingLocked(e *entry, req PendingPermission) {
+	if !m.cfg.notify {
+		return
+	}
+	t := &e.task
+	n := hints.Notice{Outcome: hints.Waiting, Description: t.Description, Duration: t.Duration(m.now()),
+		DisplayID: m.reg.DisplayID(t.ID), Permission: req.String()}
+	if b := m.batches[t.BatchID]; b != nil {
+		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
+	}
+	m.queueNoteLocked(e, Notification{
+		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/permission/" + req.ID,
+		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
+	})
+}
+
+// answerPermission asks the policy and replies (POST /permission/{id}/reply on the task's
+// directory). A policy that asks, panics or gives an unknown reply leaves the request
+// waiting, and the parent is told.
+func (m *Manager) answerPermission(e *entry, rc int, t Task, req PendingPermission) {
+	reply := func() (r PermissionReply) {
+		defer func() {
+			if p := recover(); p != nil {
+				m.cfg.logger.Error("asyncagents: panic in the permission policy", "task", t.ID, "panic", p, "stack", string(debug.Stack()))
+				r = PermissionAsk
+			}
+		}()
+		return m.cfg.permissions(t, req)
+	}()
+	if !reply.valid() {
+		m.cfg.logger.Warn("asyncagents: permission policy gave an unknown reply", "task", t.ID, "reply", string(reply))
+		reply = PermissionAsk
+	}
+	if reply == PermissionAsk {
+		m.mu.Lock()
+		if e.task.ResumeCount == rc && e.task.Permission != nil && e.task.Permission.ID == req.ID {
+			m.waitingLocked(e, req)
+		}
+		m.mu.Unlock()
+		m.persist(e)
+		return
+	}
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	err := m.client.ReplyPermission(ctx, t.Directory, req.ID, opencode.PermissionReply{Reply: string(reply)})
+	if err != nil {
+		m.cfg.logger.Warn("asyncagents: reply to a permission request", "task", t.ID, "request", req.ID, "err", err)
+	}
+}
+
+// String returns the permission and its patterns, e.g. "bash /etc/*".
+func (p PendingPermission) String() string {
+	return strings.TrimSpace(fmt.Sprintf("%s %s", p.Permission, strings.Join(p.Patterns, ", ")))
+}

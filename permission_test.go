@@ -1,0 +1,114 @@
+package asyncagents_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// outside makes OpenCode ask the external_directory permission for /no/such/*.
+const outside = "RUN:cat /no/such/file.txt"
+
+// T-16, N-9: without a policy a request waits, shows on the task and in the list, and the
+// parent is told once; a policy answers it on the task's directory.
+func TestPermissionPolicyT16(t *testing.T) {
+	t.Run("surface", func(t *testing.T) {
+		f := fakeClient(t)
+		m := newManager(t, f)
+		caller := fakeParent(t, f)
+		task := launch(t, m, caller, outside)
+		got := waitNotifications(t, f, caller.SessionID, 1)
+		if !strings.Contains(got[0], "is waiting for permission: external_directory /no/such/*") {
+			t.Fatalf("notification = %q", got[0])
+		}
+		tk, _ := m.Get(task.ID)
+		if tk.Permission == nil || tk.Permission.Permission != "external_directory" || tk.Status != asyncagents.StatusRunning {
+			t.Fatalf("task = %s %+v", tk.Status, tk.Permission)
+		}
+		list, err := tools(m)["asyncagents_list"].Handler(context.Background(), caller, nil)
+		if err != nil || !strings.Contains(list, "waiting for permission: external_directory /no/such/*") {
+			t.Fatalf("list = %q, %v", list, err)
+		}
+		if _, err := m.Cancel(context.Background(), caller, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitNotifications(t, f, caller.SessionID, 2)
+		if got := notifications(t, f, caller.SessionID); len(got) != 2 || !strings.Contains(got[1], "cancelled") {
+			t.Fatalf("notifications = %q", got)
+		}
+	})
+	for _, tc := range []struct {
+		reply  asyncagents.PermissionReply
+		status asyncagents.Status
+		text   string
+	}{
+		{asyncagents.PermissionOnce, asyncagents.StatusCompleted, "No such file"},
+		{asyncagents.PermissionAlways, asyncagents.StatusCompleted, "No such file"},
+		{asyncagents.PermissionReject, asyncagents.StatusError, manager.HaltedAfterToolCall},
+	} {
+		t.Run(string(tc.reply), func(t *testing.T) {
+			f := fakeClient(t)
+			m := newManager(t, f, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(tc.reply)))
+			caller := fakeParent(t, f)
+			got := await(t, m, caller, launch(t, m, caller, outside).ID)
+			if got.Status != tc.status || !strings.Contains(got.Result+got.Error, tc.text) {
+				t.Fatalf("%s: %s %q %q", tc.reply, got.Status, got.Result, got.Error)
+			}
+		})
+	}
+	t.Run("panicking policy", func(t *testing.T) {
+		f := fakeClient(t)
+		logs := &logRecords{}
+		m := newManager(t, f, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPermissionPolicy(
+			func(asyncagents.Task, asyncagents.PendingPermission) asyncagents.PermissionReply { panic("policy boom") }))
+		caller := fakeParent(t, f)
+		launch(t, m, caller, outside)
+		waitNotifications(t, f, caller.SessionID, 1)
+		if !logs.contains("panic in the permission policy") {
+			t.Error("the panic was not logged")
+		}
+	})
+}
+
+// T-16 on the real server: a policy that allows once lets the task run its command; without
+// one the parent is told that the task waits.
+func TestRealServerPermissionPolicyT16(t *testing.T) {
+	srv := ownServer(t) // cancels a busy session
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "policy parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	allow := newManager(t, c, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)),
+		asyncagents.WithNotifyNoReply(true))
+	got := await(t, allow, caller, launch(t, allow, caller, outside).ID)
+	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "No such file") {
+		t.Fatalf("allowed task: %s %q %q", got.Status, got.Result, got.Error)
+	}
+	if err := allow.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ask := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	waiting := launch(t, ask, caller, outside)
+	var note string
+	waitFor(t, 30*time.Second, func() bool {
+		for _, n := range notifications(t, c, parent.ID) {
+			if strings.Contains(n, "is waiting for permission: external_directory") {
+				note = n
+			}
+		}
+		return note != ""
+	})
+	if _, err := ask.Cancel(ctx, caller, waiting.ID); err != nil {
+		t.Fatal(err)
+	}
+}
