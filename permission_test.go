@@ -66,7 +66,9 @@ func TestPermissionPolicyT16(t *testing.T) {
 		f := fakeClient(t)
 		logs := &logRecords{}
 		m := newManager(t, f, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPermissionPolicy(
-			func(asyncagents.Task, asyncagents.PendingPermission) asyncagents.PermissionReply { panic("policy boom") }))
+			func(asyncagents.Task, asyncagents.PendingPermission) asyncagents.PermissionReply {
+				panic("policy boom")
+			}))
 		caller := fakeParent(t, f)
 		launch(t, m, caller, outside)
 		waitNotifications(t, f, caller.SessionID, 1)
