@@ -95,7 +95,13 @@ var (
 		"block": {"type": "boolean", "description": "Wait until the task ends"},
 		"timeout": {"type": "number", "minimum": 0, "description": "Seconds to wait when blocking; 0 or absent means ` +
 		strconv.Itoa(int(DefaultOutputTimeout/time.Second)) + `, more than ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) +
-		` means ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) + `"}},
+		` means ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) + `"},
+		"full_session": {"type": "boolean", "description": "Also show the task session's messages: the last message_limit, or the first after since_message_id"},
+		"include_thinking": {"type": "boolean", "description": "With full_session, show the agent's reasoning"},
+		"include_tool_results": {"type": "boolean", "description": "With full_session, show tool outputs and errors"},
+		"since_message_id": {"type": "string", "description": "With full_session, only messages after this message id"},
+		"message_limit": {"type": "integer", "minimum": 1, "maximum": ` + strconv.Itoa(MaxMessageLimit) +
+		`, "description": "With full_session, how many messages (default ` + strconv.Itoa(DefaultMessageLimit) + `)"}},
 		"required": ["task_id"], "additionalProperties": false}`)
 	cancelSchema = mustSchema(`{"type": "object", "properties": {
 		"task_id": {"type": "string", "description": "The task id"}},
@@ -208,15 +214,21 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 
 func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct {
-		TaskID  string  `json:"task_id"`
-		Block   bool    `json:"block"`
-		Timeout float64 `json:"timeout"`
+		TaskID             string  `json:"task_id"`
+		Block              bool    `json:"block"`
+		Timeout            float64 `json:"timeout"`
+		FullSession        bool    `json:"full_session"`
+		IncludeThinking    bool    `json:"include_thinking"`
+		IncludeToolResults bool    `json:"include_tool_results"`
+		SinceMessageID     string  `json:"since_message_id"`
+		MessageLimit       int     `json:"message_limit"`
 	}
 	if err := decodeArgs(args, outputSchema, &in); err != nil {
 		return "", err
 	}
 	// The schema bounds timeout below; 0 means the default and large values are clamped.
-	opts := OutputOptions{Block: in.Block}
+	opts := OutputOptions{Block: in.Block, FullSession: in.FullSession, SinceMessageID: in.SinceMessageID,
+		MessageLimit: in.MessageLimit, IncludeThinking: in.IncludeThinking, IncludeToolResults: in.IncludeToolResults}
 	if in.Timeout > 0 {
 		opts.Timeout = time.Duration(min(in.Timeout, MaxOutputTimeout.Seconds()) * float64(time.Second))
 	}
@@ -224,7 +236,11 @@ func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMe
 	if err != nil {
 		return "", err
 	}
-	return FormatOutput(out, h.m.now()), nil
+	text := FormatOutput(out, h.m.now())
+	if in.FullSession {
+		text += "\n\n" + FormatMessages(out.Messages, out.MoreMessages, in.IncludeThinking, in.IncludeToolResults)
+	}
+	return text, nil
 }
 
 // FormatOutput renders an [Output] as the output tool shows it to the model: the status and,

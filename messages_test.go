@@ -1,0 +1,107 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// pagesOnly fails a full-history read: the output tool must page.
+type pagesOnly struct {
+	opencode.Client
+	pages atomic.Int32
+}
+
+func (c *pagesOnly) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	if limit == 0 {
+		return nil, errors.New("pagesOnly: a full-history read")
+	}
+	return c.Client.Messages(ctx, id, limit)
+}
+
+func (c *pagesOnly) MessagesBefore(ctx context.Context, id string, limit int, before string) ([]opencode.Message, string, error) {
+	c.pages.Add(1)
+	return c.Client.MessagesBefore(ctx, id, limit, before)
+}
+
+// checkFullSession runs the T-11 checks through the output tool on the client's server.
+func checkFullSession(t *testing.T, c opencode.Client) {
+	p := &pagesOnly{Client: c}
+	m := newManager(t, p, asyncagents.WithNotifications(false))
+	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "full session parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	task := await(t, m, caller, launch(t, m, caller, "RUN:echo first-output ||| echo "+strings.Repeat("x", 2500)+" ||| echo last THINK").ID)
+	out := tools(m)["asyncagents_output"]
+	call := func(args string) string {
+		t.Helper()
+		text, err := out.Handler(context.Background(), caller, []byte(args))
+		if err != nil {
+			t.Fatalf("output(%s): %v", args, err)
+		}
+		return text
+	}
+
+	all := call(`{"task_id":"` + task.ID + `","full_session":true,"include_tool_results":true,"include_thinking":true}`)
+	for _, want := range []string{"Messages (", " user\nRUN:echo first-output", "[Tool: bash] {", "[Tool result]\nfirst-output",
+		"...[truncated ", "[Thinking] thinking about the request", "Ran 3 command(s)"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("full session lacks %q:\n%s", want, all)
+		}
+	}
+	plain := call(`{"task_id":"` + task.ID + `","full_session":true}`)
+	if strings.Contains(plain, "[Tool result]") || strings.Contains(plain, "[Thinking]") || !strings.Contains(plain, "[Tool: bash]") {
+		t.Errorf("without the include flags:\n%s", plain)
+	}
+
+	msgs, err := c.Messages(context.Background(), task.ID, 0)
+	if err != nil || len(msgs) < 4 {
+		t.Fatalf("%d messages, %v", len(msgs), err)
+	}
+	one, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{FullSession: true, MessageLimit: 1})
+	if err != nil || len(one.Messages) != 1 || one.Messages[0].Info.ID != msgs[len(msgs)-1].Info.ID || !one.MoreMessages {
+		t.Errorf("limit 1: %d messages, more %v, %v", len(one.Messages), one.MoreMessages, err)
+	}
+	since, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{FullSession: true,
+		SinceMessageID: msgs[0].Info.ID, MessageLimit: 2})
+	if err != nil || len(since.Messages) != 2 || since.Messages[0].Info.ID != msgs[1].Info.ID || !since.MoreMessages {
+		t.Errorf("since the first, limit 2: %d messages, more %v, %v", len(since.Messages), since.MoreMessages, err)
+	}
+	if text := FormatFull(since); !strings.Contains(text, "since_message_id=\""+msgs[2].Info.ID+"\"") {
+		t.Errorf("the more line does not say where to read on:\n%s", text)
+	}
+	_, err = out.Handler(context.Background(), caller, []byte(`{"task_id":"`+task.ID+`","full_session":true,"since_message_id":"msg_nope"}`))
+	if !errors.Is(err, asyncagents.ErrInvalidInput) || !strings.Contains(err.Error(), `"msg_nope"`) {
+		t.Errorf("unknown since_message_id: %v", err)
+	}
+	for _, bad := range []string{`"message_limit":0`, `"message_limit":101`, `"message_limit":1.5`} {
+		if _, err := out.Handler(context.Background(), caller, []byte(`{"task_id":"`+task.ID+`","full_session":true,`+bad+`}`)); !errors.Is(err, asyncagents.ErrInvalidInput) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if p.pages.Load() == 0 {
+		t.Error("no paged read")
+	}
+}
+
+// FormatFull renders an output's messages with everything shown.
+func FormatFull(out asyncagents.Output) string {
+	return asyncagents.FormatMessages(out.Messages, out.MoreMessages, true, true)
+}
+
+// T-11 on the fake.
+func TestFullSessionT11(t *testing.T) { checkFullSession(t, fakeClient(t)) }
+
+// T-11 on the real server.
+func TestRealServerFullSessionT11(t *testing.T) {
+	ctxT(t, time.Minute)
+	checkFullSession(t, shared.Get(t).Client())
+}
