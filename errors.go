@@ -23,7 +23,7 @@ var (
 	// ErrUnknownAgent: the agent is not one of the server's (GET /agent); the message names
 	// the known ones.
 	ErrUnknownAgent = errors.New("asyncagents: unknown agent")
-	// ErrNotRunning: only a running or resumed task can be cancelled.
+	// ErrNotRunning: only a queued, running or resumed task can be cancelled.
 	ErrNotRunning = errors.New("asyncagents: task not running")
 	// ErrTaskBusy: a follow-up was sent to a task that is running or resumed.
 	ErrTaskBusy = errors.New("asyncagents: task busy")

@@ -364,6 +364,7 @@ func (m *Manager) sessionDeleted(id string) {
 	m.mu.Lock()
 	var abort, remove []string
 	var removed []*entry
+	var start []*entry
 	for _, tid := range slices.Clone(m.reg.Tasks(id)) {
 		e := m.tasks[tid]
 		if e.task.Status.Active() {
@@ -371,13 +372,14 @@ func (m *Manager) sessionDeleted(id string) {
 		}
 		remove = append(remove, tid)
 		removed = append(removed, e)
-		m.removeLocked(e)
+		start = append(start, m.removeLocked(e)...)
 	}
 	own := m.tasks[id]
 	if own != nil && own.task.Status.Active() {
 		abort = append(abort, id) // OpenCode does not stop a deleted busy session
 	}
 	m.mu.Unlock()
+	m.startQueued(start)
 	for _, e := range removed { // saves in flight land before the delete
 		e.saveMu.Lock()
 		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
@@ -619,7 +621,7 @@ func (m *Manager) reconcile(id string, idle bool) {
 // the parent notification. It does nothing when the run is no longer active.
 func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	m.mu.Lock()
-	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || !e.task.Status.Active() {
+	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
 		m.mu.Unlock()
 		return
 	}
@@ -643,8 +645,10 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}
+	start := m.releaseLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
+	m.startQueued(start)
 	if followUp {
 		m.sendFollowUp(e)
 	}

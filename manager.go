@@ -31,6 +31,7 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 
+	slot string // the concurrency limit whose slot the run holds ("" for none)
 	// aborting, set while the Manager aborts the run (Cancel, a watchdog), is how the run ends,
 	// whatever a reconcile reads first (the abort's own MessageAbortedError).
 	aborting *runEnd
@@ -90,7 +91,10 @@ type Manager struct {
 	rqOrder  []string
 	rqWake   chan struct{}
 	outboxes map[string]*outbox // parent → pending notifications
-	agents   []string           // the server's visible agents, sorted, as of agentsAt
+	running  map[string]int     // concurrency limit → runs holding a slot
+	waiting  map[string][]*entry
+	limitOf  map[string]int
+	agents   []string // the server's visible agents, sorted, as of agentsAt
 	agentsAt time.Time
 
 	agentsOnce singleflight.Group
@@ -130,6 +134,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		rq:       map[string]bool{},
 		rqWake:   make(chan struct{}, 1),
 		outboxes: map[string]*outbox{},
+		running:  map[string]int{},
+		waiting:  map[string][]*entry{},
+		limitOf:  map[string]int{},
 		nqWake:   make(chan struct{}, 1),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -152,11 +159,23 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		m.tasks[t.ID] = e
 		b := m.batchLocked(t.BatchID)
 		b.total++
-		if t.Status.Active() {
+		if !t.Status.Terminal() {
 			b.active++
 			m.open[t.ParentSessionID] = t.BatchID
+		}
+		switch {
+		case t.Status.Active():
 			m.rq[t.ID] = false
 			m.rqOrder = append(m.rqOrder, t.ID)
+			if key, limit := cfg.limits.keyOf(t.Model); limit > 0 && t.ResumeCount == 0 {
+				m.limitOf[key] = limit
+				m.running[key]++
+				e.slot = key
+			}
+		case t.Status == StatusQueued: // in launch order, the stored tasks being sorted by start
+			key, limit := cfg.limits.keyOf(t.Model)
+			m.limitOf[key] = limit
+			m.waiting[key] = append(m.waiting[key], e)
 		}
 		for _, n := range t.Notifications {
 			if n.State == NotificationPending {
@@ -175,7 +194,14 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 	for _, ref := range pending { // what the last Manager did not deliver
 		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
 	}
+	var start []*entry // queued tasks that fit now (the limits may have changed)
+	for key := range m.waiting {
+		start = append(start, m.startableLocked(key)...)
+	}
 	m.start()
+	if len(start) > 0 {
+		m.goLoop(func() { m.startQueued(start) })
+	}
 	if len(followUps) > 0 {
 		m.goLoop(func() {
 			for _, e := range followUps {
@@ -286,7 +312,10 @@ func parseModel(s string) (*opencode.Model, error) {
 }
 
 // Launch starts a task and returns as soon as the server accepted its prompt; it never
-// waits for the model. The returned task is [StatusRunning], with its DisplayID set.
+// waits for the model. The returned task is [StatusRunning], with its DisplayID set — or
+// [StatusQueued], with its QueuePosition, when its concurrency limit ([WithConcurrency]) is
+// full: its session exists (and has the parent's context, for a fork), and its prompt is sent
+// when a slot frees.
 //
 // Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
 // [ErrInvalidInput] (an empty description, prompt, agent or caller session, a malformed
@@ -327,6 +356,10 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, in.Deadline)
 	}
 	deadline := cmp.Or(in.Deadline, m.cfg.deadline)
+	status := StatusRunning
+	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
+		status = StatusQueued // until slotLocked says it may start
+	}
 	if err := m.begin(); err != nil {
 		return Task{}, err
 	}
@@ -367,7 +400,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	e := &entry{done: make(chan struct{}), task: Task{
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
-		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: StatusRunning,
+		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
 		Started: m.now(), Forked: in.Fork, ForkStats: stats, Depth: depth,
 		Deadline: deadline,
 	}}
@@ -399,6 +432,21 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		m.mu.Lock()
 		e.baseline = msg.Info.ID
 		m.mu.Unlock()
+	}
+	if status == StatusQueued {
+		m.mu.Lock()
+		switch {
+		case e.task.Status != StatusQueued: // cancelled or cleared meanwhile
+			m.mu.Unlock()
+			return m.snapshot(e), nil
+		case !m.slotLocked(e):
+			m.mu.Unlock()
+			return m.snapshot(e), nil // it starts when a slot frees
+		}
+		e.task.Status, e.task.Started = StatusRunning, m.now()
+		e.version++
+		m.mu.Unlock()
+		m.persist(e)
 	}
 	err = m.client.PromptAsync(ctx, sess.ID, opencode.PromptRequest{
 		Agent: in.Agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(in.Prompt)},
@@ -503,6 +551,9 @@ func (m *Manager) snapshot(e *entry) Task {
 func (m *Manager) viewLocked(e *entry) Task {
 	t := e.task.clone()
 	t.DisplayID = m.reg.DisplayID(t.ID)
+	if t.Status == StatusQueued {
+		t.QueuePosition = m.queuePositionLocked(e)
+	}
 	return t
 }
 
@@ -691,8 +742,8 @@ func (m *Manager) sessionMessages(ctx context.Context, id, since string, limit i
 	}
 }
 
-// Cancel aborts the caller's running or resumed task (POST /session/{id}/abort), marks it
-// [StatusCancelled] and notifies the parent. It returns the cancelled task. Errors, each
+// Cancel aborts the caller's running or resumed task (POST /session/{id}/abort), or takes a
+// queued one out of its queue, marks it [StatusCancelled] and notifies the parent. It returns the cancelled task. Errors, each
 // leaving the task unchanged: [ErrNotRunning] for a task in any other state,
 // [ErrInvalidInput], [ErrTaskNotFound], [ErrAmbiguousID], [ErrClosed], and the server's
 // error when the abort request fails.
@@ -706,11 +757,15 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		return Task{}, err
 	}
 	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount
-	if !st.Active() {
+	if st.Terminal() {
 		m.mu.Unlock()
-		return Task{}, fmt.Errorf("%w: only running tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
+		return Task{}, fmt.Errorf("%w: only running or queued tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
 	}
 	m.mu.Unlock()
+	if st == StatusQueued { // nothing runs on the server yet
+		m.finish(e, rc, StatusCancelled, "", "cancelled")
+		return m.snapshot(e), nil
+	}
 	if err := m.abortAs(ctx, e, rc, runEnd{StatusCancelled, "cancelled"}); err != nil {
 		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
 	}
@@ -722,7 +777,7 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 // [ErrInvalidInput] (an unknown status or an empty caller), [ErrClosed].
 func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
-		return nil, fmt.Errorf("%w: unknown status %s (running, completed, error, cancelled, resumed)", ErrInvalidInput, echo(string(status)))
+		return nil, fmt.Errorf("%w: unknown status %s (queued, running, completed, error, cancelled, resumed)", ErrInvalidInput, echo(string(status)))
 	}
 	if err := checkCaller(caller); err != nil {
 		return nil, err
@@ -772,7 +827,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	defer m.ops.Done()
 	m.mu.Lock()
 	var active, ids []string
-	var removed []*entry
+	var removed, start []*entry
 	for id, e := range m.tasks {
 		if !match(e.task.ParentSessionID) {
 			continue
@@ -782,9 +837,10 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 		}
 		ids = append(ids, id)
 		removed = append(removed, e)
-		m.removeLocked(e)
+		start = append(start, m.removeLocked(e)...)
 	}
 	m.mu.Unlock()
+	m.startQueued(start)
 	var res ClearResult
 	for _, id := range active {
 		if err := m.client.Abort(ctx, id); err != nil {
@@ -804,8 +860,9 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	return res, nil
 }
 
-// removeLocked forgets a task; a blocked Output on it returns at once.
-func (m *Manager) removeLocked(e *entry) {
+// removeLocked forgets a task; a blocked Output on it returns at once. It returns the queued
+// tasks that can start in the slot it freed (see startQueued).
+func (m *Manager) removeLocked(e *entry) []*entry {
 	id := e.task.ID
 	delete(m.tasks, id)
 	delete(m.rq, id)
@@ -813,7 +870,7 @@ func (m *Manager) removeLocked(e *entry) {
 	e.removed = true
 	if b := m.batches[e.task.BatchID]; b != nil {
 		b.total--
-		if e.task.Status.Active() {
+		if !e.task.Status.Terminal() {
 			b.active--
 		}
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
@@ -823,6 +880,7 @@ func (m *Manager) removeLocked(e *entry) {
 	default:
 		close(e.done)
 	}
+	return m.releaseLocked(e)
 }
 
 // closeBatchLocked ends the parent's open batch when it has no active task left, and

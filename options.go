@@ -74,6 +74,7 @@ type config struct {
 	deadline       time.Duration
 	stale          time.Duration
 	permissions    PermissionPolicy
+	limits         Limits
 	reconcilers    int
 	notifyHorizon  time.Duration
 }
@@ -113,6 +114,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, c.deadline)
 	case c.stale < 0:
 		return fmt.Errorf("%w: stale timeout %v must not be negative", ErrInvalidInput, c.stale)
+	case c.limits.validate() != nil:
+		return c.limits.validate()
 	case c.requestTimeout <= 0:
 		return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidInput, c.requestTimeout)
 	case c.followUps < 0 || c.followUps > MaxFollowUps:

@@ -40,7 +40,7 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	if err != nil {
 		return Task{}, err
 	}
-	if e.task.Status.Active() {
+	if !e.task.Status.Terminal() { // running, resumed or queued
 		t, err := m.queueFollowUpLocked(e, prompt)
 		m.mu.Unlock()
 		if err == nil {

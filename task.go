@@ -11,13 +11,15 @@ import (
 // Status is a task's state.
 type Status string
 
-// Task states. Completed, Error and Cancelled are terminal; Running and Resumed are active.
+// Task states. Completed, Error and Cancelled are terminal; Running and Resumed are active
+// (the server works on them); Queued is neither.
 const (
 	StatusRunning   Status = "running"   // the task's prompt is being worked on
 	StatusCompleted Status = "completed" // the run finished; Task.Result holds the reply
 	StatusError     Status = "error"     // the run failed; Task.Error says why
 	StatusCancelled Status = "cancelled" // cancelled, or its session was deleted
 	StatusResumed   Status = "resumed"   // a follow-up prompt is being worked on
+	StatusQueued    Status = "queued"    // waiting for a slot of its concurrency limit
 )
 
 // Terminal reports whether s is [StatusCompleted], [StatusError] or [StatusCancelled].
@@ -28,7 +30,7 @@ func (s Status) Terminal() bool {
 // Active reports whether s is [StatusRunning] or [StatusResumed].
 func (s Status) Active() bool { return s == StatusRunning || s == StatusResumed }
 
-func (s Status) valid() bool { return s.Terminal() || s.Active() }
+func (s Status) valid() bool { return s.Terminal() || s.Active() || s == StatusQueued }
 
 // Caller says on whose behalf an operation is made: the parent session (an OpenCode session
 // id, "ses_…"), the message that made the call and the agent that runs there. Tasks belong
@@ -87,6 +89,10 @@ type Task struct {
 	// Notifications are the parent notifications of the task's run ends that are not
 	// delivered yet, and the last one that was.
 	Notifications []Notification `json:"notifications,omitempty"`
+
+	// QueuePosition is the task's place, from 1, among the tasks queued for the same limit
+	// while it is [StatusQueued]; 0 otherwise. It is set on the copies the Manager returns.
+	QueuePosition int `json:"-"`
 
 	// DisplayID is the shortest prefix of ID that is unique among the parent's tasks and
 	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns

@@ -107,7 +107,7 @@ var (
 		"task_id": {"type": "string", "description": "The task id"}},
 		"required": ["task_id"], "additionalProperties": false}`)
 	listSchema = mustSchema(`{"type": "object", "properties": {
-		"status": {"type": "string", "enum": ["running", "completed", "error", "cancelled", "resumed"], "description": "Only tasks with this status"}},
+		"status": {"type": "string", "enum": ["queued", "running", "completed", "error", "cancelled", "resumed"], "description": "Only tasks with this status"}},
 		"additionalProperties": false}`)
 	clearSchema = mustSchema(`{"type": "object", "properties": {}, "additionalProperties": false}`)
 )
@@ -207,6 +207,11 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		}
 		b.WriteString(").\n")
 	}
+	if t.Status == StatusQueued {
+		fmt.Fprintf(&b, "It is queued (place %d) until a slot of its concurrency limit frees, then runs in the background; "+
+			"a notification will come when it finishes. Use %s_output(task_id=%q) to check on it.", t.QueuePosition, h.prefix, t.DisplayID)
+		return b.String(), nil
+	}
 	fmt.Fprintf(&b, "It runs in the background; a notification will come when it finishes. "+
 		"Use %s_output(task_id=%q) to check on it.", h.prefix, t.DisplayID)
 	return b.String(), nil
@@ -266,6 +271,9 @@ func FormatOutput(out Output, now time.Time) string {
 		if t.Permission != nil {
 			fmt.Fprintf(&b, "\nWaiting for permission: %s", t.Permission)
 		}
+		if t.Status == StatusQueued {
+			fmt.Fprintf(&b, "\nPlace in queue: %d (it starts when a slot of its concurrency limit frees)", t.QueuePosition)
+		}
 		if out.TimedOut {
 			b.WriteString("\nTimed out waiting; the task is still running.")
 		}
@@ -319,6 +327,9 @@ func FormatList(tasks []Task, status Status, now time.Time) string {
 			t.DisplayID, t.Markers(), t.Description, t.Agent, t.Status, hints.Duration(t.Duration(now)), t.Progress.ToolCalls)
 		if t.Permission != nil && t.Status.Active() {
 			fmt.Fprintf(&b, " | waiting for permission: %s", t.Permission)
+		}
+		if t.Status == StatusQueued {
+			fmt.Fprintf(&b, " | place in queue: %d", t.QueuePosition)
 		}
 	}
 	return b.String()

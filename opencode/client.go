@@ -135,6 +135,10 @@ func NewHTTPClient(baseURL string, opts ...ClientOption) (*HTTPClient, error) {
 	return c, nil
 }
 
+// CloseIdleConnections closes the connections to the server that are kept for reuse, as
+// [http.Client.CloseIdleConnections] does; call it when done with the client.
+func (c *HTTPClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
 // BaseURL returns the server's base URL.
 func (c *HTTPClient) BaseURL() string { return c.base.String() }
 

@@ -175,7 +175,7 @@ func connect(ctx context.Context) (*opencode.HTTPClient, string, func(), error) 
 			return nil, "", nil, err
 		}
 		step("Using the OpenCode server at %s (version %s) and its configured model", url, v)
-		return c, "the server's project", func() {}, nil
+		return c, "the server's project", c.CloseIdleConnections, nil
 	}
 	step("Starting opencode serve with the scripted model")
 	srv, err := opencodetest.NewServer(ctx, opencodetest.WithFiles(scratch))
@@ -183,7 +183,8 @@ func connect(ctx context.Context) (*opencode.HTTPClient, string, func(), error) 
 		return nil, "", nil, err
 	}
 	fmt.Printf("   opencode %s at %s (isolated HOME, project %s)\n", srv.Version, srv.URL, srv.Directory)
-	return srv.Client(), srv.Directory, srv.Close, nil
+	c := srv.Client()
+	return c, srv.Directory, func() { c.CloseIdleConnections(); srv.Close() }, nil
 }
 
 // watch prints each task's status changes until all of the caller's tasks are terminal.

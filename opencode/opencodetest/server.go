@@ -130,6 +130,9 @@ type Server struct {
 	logs         *logBuffer
 	closeOnce    sync.Once
 
+	clientsMu sync.Mutex
+	clients   []*opencode.HTTPClient // from Client: Close closes their idle connections
+
 	mu     sync.Mutex // guards the process fields: Restart replaces them
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
@@ -422,6 +425,9 @@ func (s *Server) Client(opts ...opencode.ClientOption) *opencode.HTTPClient {
 	if err != nil {
 		panic(err) // the URL comes from the server itself
 	}
+	s.clientsMu.Lock()
+	s.clients = append(s.clients, c)
+	s.clientsMu.Unlock()
 	return c
 }
 
@@ -444,6 +450,11 @@ func (s *Server) Logs() string { return s.logs.String() }
 // folders it created. It is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.clientsMu.Lock()
+		for _, c := range s.clients {
+			c.CloseIdleConnections()
+		}
+		s.clientsMu.Unlock()
 		s.stop()
 		s.mu.Lock()
 		s.closed = true

@@ -1,0 +1,135 @@
+package asyncagents
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// Limits bounds how many tasks run at once. A task counts against the limit of its model
+// ("providerID/modelID", from LaunchInput.Model) when Models has one, else against its
+// provider's when Providers has one, else against Default; a task launched without a model
+// counts against Default. 0 means no limit. A launch over its limit returns at once with the
+// task in [StatusQueued]; queued tasks start in launch order as slots free up, which happens
+// whenever a run ends however it ends, or a task is cleared. Follow-ups ([Manager.Resume])
+// do not wait for a slot.
+type Limits struct {
+	Default   int
+	Providers map[string]int // by provider id
+	Models    map[string]int // by "providerID/modelID"
+}
+
+func (l Limits) validate() error {
+	bad := l.Default < 0
+	for _, n := range l.Providers {
+		bad = bad || n < 0
+	}
+	for _, n := range l.Models {
+		bad = bad || n < 0
+	}
+	if bad {
+		return fmt.Errorf("%w: concurrency limits must not be negative", ErrInvalidInput)
+	}
+	return nil
+}
+
+// keyOf returns the limit a task counts against, and its key ("" when unlimited).
+func (l Limits) keyOf(model string) (key string, limit int) {
+	if n, ok := l.Models[model]; ok && model != "" {
+		return "model " + model, n
+	}
+	if prov, _, ok := strings.Cut(model, "/"); ok {
+		if n, ok := l.Providers[prov]; ok {
+			return "provider " + prov, n
+		}
+	}
+	return "default", l.Default
+}
+
+// WithConcurrency sets how many tasks may run at once (see [Limits]). Defaults to no limit;
+// limits must not be negative.
+func WithConcurrency(l Limits) Option {
+	l.Providers, l.Models = maps.Clone(l.Providers), maps.Clone(l.Models)
+	return optionFunc(func(cfg *config) { cfg.limits = l })
+}
+
+// slotLocked decides whether e may start now: it takes a slot of e's limit and reports
+// true, or queues e behind the tasks already waiting for that limit.
+func (m *Manager) slotLocked(e *entry) bool {
+	key, limit := m.cfg.limits.keyOf(e.task.Model)
+	if limit == 0 {
+		return true
+	}
+	m.limitOf[key] = limit
+	if m.running[key] < limit && len(m.waiting[key]) == 0 {
+		m.running[key]++
+		e.slot = key
+		return true
+	}
+	m.waiting[key] = append(m.waiting[key], e)
+	return false
+}
+
+// releaseLocked gives back e's slot, or takes e out of its queue, and returns the queued
+// tasks that can start now, already marked running; the caller sends their prompts with
+// startQueued.
+func (m *Manager) releaseLocked(e *entry) []*entry {
+	key := e.slot
+	if key == "" {
+		key, _ = m.cfg.limits.keyOf(e.task.Model)
+		if i := slices.Index(m.waiting[key], e); i >= 0 {
+			m.waiting[key] = slices.Delete(m.waiting[key], i, i+1)
+		}
+		return nil
+	}
+	e.slot = ""
+	m.running[key]--
+	return m.startableLocked(key)
+}
+
+// startableLocked takes the tasks waiting for key that fit in its limit now.
+func (m *Manager) startableLocked(key string) []*entry {
+	limit := m.limitOf[key]
+	var start []*entry
+	for len(m.waiting[key]) > 0 && (limit == 0 || m.running[key] < limit) {
+		e := m.waiting[key][0]
+		m.waiting[key] = m.waiting[key][1:]
+		m.running[key]++
+		e.slot = key
+		e.task.Status, e.task.Started = StatusRunning, m.now()
+		e.version++
+		start = append(start, e)
+	}
+	return start
+}
+
+// queuePositionLocked returns e's place in its queue, from 1, or 0.
+func (m *Manager) queuePositionLocked(e *entry) int {
+	key, _ := m.cfg.limits.keyOf(e.task.Model)
+	return slices.Index(m.waiting[key], e) + 1
+}
+
+// startQueued sends the prompts of queued tasks that got a slot. A Close in the middle does
+// not cut a prompt off (that would fail the task, and free its slot for the next one only to
+// fail that too): each is bounded by the request timeout alone.
+func (m *Manager) startQueued(start []*entry) {
+	for _, e := range start {
+		m.persist(e)
+		m.mu.Lock()
+		t := e.task.clone()
+		m.mu.Unlock()
+		model, _ := parseModel(t.Model) // validated at launch
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), m.cfg.requestTimeout)
+		err := m.client.PromptAsync(ctx, t.ID, opencode.PromptRequest{
+			Agent: t.Agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)},
+		})
+		cancel()
+		if err != nil {
+			m.failLaunch(e, t.ResumeCount, fmt.Errorf("asyncagents: send prompt of a queued task: %w", err))
+		}
+	}
+}

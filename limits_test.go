@@ -1,0 +1,120 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// T-21: over its limit a launch returns at once with the task queued (its place shown);
+// queued tasks start in launch order as slots free up, on every way a run ends, can be
+// cancelled, and survive a restart.
+func TestConcurrencyLimitsT21(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	store := &asyncagents.MemoryStore{}
+	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
+	m := newManager(t, f, limits, asyncagents.WithStore(store))
+	caller := fakeParent(t, f)
+	a, b, c, d := launch(t, m, caller, "a"), launch(t, m, caller, "b"), launch(t, m, caller, "c"), launch(t, m, caller, "d")
+	if a.Status != asyncagents.StatusRunning || b.Status != asyncagents.StatusQueued || b.QueuePosition != 1 || c.QueuePosition != 2 {
+		t.Fatalf("launch: a %s, b %s #%d, c %s #%d", a.Status, b.Status, b.QueuePosition, c.Status, c.QueuePosition)
+	}
+	list, _ := tools(m)["asyncagents_list"].Handler(context.Background(), caller, []byte(`{"status":"queued"}`))
+	if !strings.Contains(list, "place in queue: 1") || !strings.Contains(list, "place in queue: 3") {
+		t.Fatalf("list: %s", list)
+	}
+	// A queued task is cancelled without a run; the others move up.
+	if got, err := m.Cancel(context.Background(), caller, c.ID); err != nil || got.Status != asyncagents.StatusCancelled {
+		t.Fatalf("cancel queued = %+v, %v", got, err)
+	}
+	if got, _ := m.Get(d.ID); got.QueuePosition != 2 {
+		t.Fatalf("d after the cancel: #%d", got.QueuePosition)
+	}
+	// a fails: b starts.
+	_ = f.Release(a.ID, opencodetest.Fail(400))
+	if got := await(t, m, caller, a.ID); got.Status != asyncagents.StatusError {
+		t.Fatalf("a = %s", got.Status)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		got, _ := m.Get(b.ID)
+		return got.Status == asyncagents.StatusRunning
+	})
+	if got, _ := m.Get(d.ID); got.Status != asyncagents.StatusQueued || got.QueuePosition != 1 {
+		t.Fatalf("d while b runs: %s #%d", got.Status, got.QueuePosition)
+	}
+
+	// A restart keeps d queued behind b, and b's slot.
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, f, limits, asyncagents.WithStore(store))
+	if got, _ := m2.Get(d.ID); got.Status != asyncagents.StatusQueued || got.QueuePosition != 1 {
+		t.Fatalf("d after a restart: %s #%d %q", got.Status, got.QueuePosition, got.Error)
+	}
+	// b is cancelled: d starts, and completes.
+	if _, err := m2.Cancel(context.Background(), caller, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		got, _ := m2.Get(d.ID)
+		return got.Status == asyncagents.StatusRunning
+	})
+	_ = f.Release(d.ID, opencodetest.Text("d done"))
+	if got := await(t, m2, caller, d.ID); got.Status != asyncagents.StatusCompleted || got.Result != "d done" {
+		t.Fatalf("d = %s %q", got.Status, got.Result)
+	}
+}
+
+// T-21: a clear frees the slots of the tasks it removes; limits are checked.
+func TestConcurrencyLimitClearT21(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+	caller := fakeParent(t, f)
+	first, second := launch(t, m, caller, "a"), launch(t, m, caller, "b")
+	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
+		t.Fatalf("first %s, second %s", first.Status, second.Status)
+	}
+	if _, err := m.Clear(context.Background(), caller); err != nil {
+		t.Fatal(err)
+	}
+	if again := launch(t, m, caller, "c"); again.Status != asyncagents.StatusRunning {
+		t.Errorf("after a clear: %s", again.Status)
+	}
+	if _, err := asyncagents.New(f, asyncagents.WithConcurrency(asyncagents.Limits{Default: -1})); !errors.Is(err, asyncagents.ErrInvalidInput) {
+		t.Errorf("negative limit: %v", err)
+	}
+}
+
+// T-21 on the real server: with one slot, the second task waits and then completes.
+func TestRealServerConcurrencyLimitT21(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t, 60*time.Second)
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "limits parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, c, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyNoReply(true))
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	first := launch(t, m, caller, "SLEEP:1")
+	second := launch(t, m, caller, "RUN:echo second-ran")
+	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
+		t.Fatalf("first %s, second %s", first.Status, second.Status)
+	}
+	if busy(ctx, c, second.ID) {
+		t.Fatal("the queued task's session is busy")
+	}
+	got := await(t, m, caller, second.ID)
+	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second-ran") {
+		t.Fatalf("second = %s %q %q", got.Status, got.Result, got.Error)
+	}
+	if f, _ := m.Get(first.ID); !f.Completed.Before(got.Started) && !f.Completed.Equal(got.Started) {
+		t.Errorf("second started %v, before first ended %v", got.Started, f.Completed)
+	}
+}
