@@ -86,7 +86,8 @@ var (
 		"agent": {"type": "string", "description": "The agent to run (for example general or explore); required unless resume is set"},
 		"fork": {"type": "boolean", "description": "Give the agent this conversation's context"},
 		"resume": {"type": "string", "description": "Id of a finished task to send the prompt to as a follow-up"},
-		"model": {"type": "string", "description": "Optional model as providerID/modelID"}},
+		"model": {"type": "string", "description": "Optional model as providerID/modelID"},
+		"deadline": {"type": "number", "minimum": 0, "description": "Seconds the task may run before it is aborted; 0 or absent: the host's default"}},
 		"required": ["prompt"],
 		"if": {"required": ["resume"]}, "then": {}, "else": {"required": ["description", "agent"]},
 		"additionalProperties": false}`)
@@ -159,12 +160,13 @@ func decodeArgs(args json.RawMessage, s toolSchema, v any) error {
 
 func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct {
-		Description string `json:"description"`
-		Prompt      string `json:"prompt"`
-		Agent       string `json:"agent"`
-		Fork        bool   `json:"fork"`
-		Resume      string `json:"resume"`
-		Model       string `json:"model"`
+		Description string  `json:"description"`
+		Prompt      string  `json:"prompt"`
+		Agent       string  `json:"agent"`
+		Fork        bool    `json:"fork"`
+		Resume      string  `json:"resume"`
+		Model       string  `json:"model"`
+		Deadline    float64 `json:"deadline"`
 	}
 	if err := decodeArgs(args, taskSchema, &in); err != nil {
 		return "", err
@@ -191,7 +193,7 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		return b.String(), nil
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
-		Agent: in.Agent, Fork: in.Fork, Model: in.Model})
+		Agent: in.Agent, Fork: in.Fork, Model: in.Model, Deadline: time.Duration(in.Deadline * float64(time.Second))})
 	if err != nil {
 		if t.ID != "" {
 			return "", fmt.Errorf("task %s failed to start: %w", t.DisplayID, err)

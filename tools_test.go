@@ -230,3 +230,29 @@ func TestRealServerTools(t *testing.T) {
 		t.Fatalf("list after clear: %s", got)
 	}
 }
+
+// T-22 through the task tool: deadline is in seconds.
+func TestTaskToolDeadlineT22(t *testing.T) {
+	f := opencodetest.NewFakeClient(opencodetest.WithHeldRuns())
+	defer f.Close()
+	m, err := asyncagents.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	parent, _ := f.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "p"})
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	reply, err := tools(m)["asyncagents_task"].Handler(context.Background(), caller,
+		json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":90}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, _ := m.List(caller, "")
+	if len(tasks) != 1 || tasks[0].Deadline != 90*time.Second {
+		t.Fatalf("reply %q, tasks %+v", reply, tasks)
+	}
+	if _, err := tools(m)["asyncagents_task"].Handler(context.Background(), caller,
+		json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":-1}`)); !errors.Is(err, asyncagents.ErrInvalidInput) {
+		t.Errorf("negative deadline: %v", err)
+	}
+}
