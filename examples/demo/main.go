@@ -83,14 +83,16 @@ func run(ctx context.Context, agent string) error {
 	}
 	fmt.Printf("   parent replied: %s\n", oneLine(text(reply)))
 
-	m, err := asyncagents.New(client, asyncagents.WithPollInterval(time.Second))
+	// Two tasks may run at once; a third waits for a slot.
+	m, err := asyncagents.New(client, asyncagents.WithPollInterval(time.Second),
+		asyncagents.WithConcurrency(asyncagents.Limits{Default: 2}))
 	if err != nil {
 		return err
 	}
 	defer m.Close(context.Background())
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 
-	step("2. Launch two background tasks (they return at once)")
+	step("2. Launch three background tasks (they return at once; at most two run at a time)")
 	plain, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: agent, Description: "find functions",
 		Prompt: "Find the functions defined in main.go.\nRUN:grep -n '^func' main.go"})
 	if err != nil {
@@ -106,6 +108,13 @@ func run(ctx context.Context, agent string) error {
 	fmt.Printf("   launched %s (forked: %d messages inherited, %d tool results, %d characters of context)\n",
 		forked.DisplayID, st.FinalMessages, st.Tier1+st.Tier2+st.Tier3, st.TotalChars)
 	fmt.Printf("   the forked prompt does not contain the token; only the parent's bash output does\n")
+	later, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: agent, Description: "count imports",
+		Prompt: "Count the imports of main.go.\nRUN:grep -c '\"' main.go"})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   launched %s: %s, place %d in the queue — it starts when one of the two finishes\n",
+		later.DisplayID, later.Status, later.QueuePosition)
 
 	step("3. Progress while the parent keeps working")
 	if err := watch(ctx, m, caller); err != nil {
@@ -151,8 +160,12 @@ func run(ctx context.Context, agent string) error {
 	list, _ = tools["asyncagents_list"].Handler(ctx, caller, nil)
 	fmt.Println(indent(list))
 
+	if lt, _ := m.Get(later.ID); lt.Status != asyncagents.StatusCompleted {
+		return fmt.Errorf("the queued task did not complete: %s %s", lt.Status, lt.Error)
+	}
+
 	step("7. Notifications the parent session received")
-	return showNotifications(ctx, client, parent.ID, 3)
+	return showNotifications(ctx, client, parent.ID, 4)
 }
 
 // connect starts a server with the scripted model, or uses OPENCODE_URL.
