@@ -4,7 +4,7 @@
 // [asyncagents.MemoryStore] and [asyncagents.FileStore].
 //
 // The checks: Load of a new store is empty; Save then Load gives back every field of an
-// [asyncagents.Task] (DisplayID aside, which stores need not keep); a Save replaces the
+// [asyncagents.Task] (DisplayID and QueuePosition aside, which stores need not keep); a Save replaces the
 // task with the same id; Delete removes tasks and ignores unknown ids; a few hundred tasks;
 // Saves of different tasks from several goroutines at once; the tasks a store returns and
 // the tasks it was given are copies, so changing them changes nothing stored; and the tasks
@@ -199,9 +199,9 @@ func (r *run) expect(s asyncagents.Store, what string, want ...asyncagents.Task)
 const maxDiffs = 3
 
 // compareTask compares times with [time.Time.Equal] (cmp uses Equal methods), empty and nil
-// maps and slices alike, and ignores DisplayID.
+// maps and slices alike, and ignores DisplayID and QueuePosition.
 var compareTask = cmp.Options{
-	cmpopts.IgnoreFields(asyncagents.Task{}, "DisplayID"),
+	cmpopts.IgnoreFields(asyncagents.Task{}, "DisplayID", "QueuePosition"),
 	cmpopts.EquateEmpty(),
 }
 
@@ -407,8 +407,8 @@ func valuesOf(m map[string]asyncagents.Task) []asyncagents.Task {
 	return out
 }
 
-// FullTask returns a task with the given id and every field set (DisplayID too, which
-// stores need not keep), its values derived from n: maps and slices with several
+// FullTask returns a task with the given id and every field set (DisplayID and
+// QueuePosition too, which stores need not keep), its values derived from n: maps and slices with several
 // elements, times with nanoseconds in a zone east of UTC and no monotonic clock reading,
 // text with quotes, newlines, HTML characters and non-ASCII letters, [fork.Stats], a
 // pending permission and two notifications. Calls with the same arguments return equal tasks.
@@ -483,6 +483,7 @@ func FullTask(id string, n int) asyncagents.Task {
 				Created: started.Add(time.Minute),
 			},
 		},
-		DisplayID: id,
+		DisplayID:     id,
+		QueuePosition: n%4 + 1,
 	}
 }
