@@ -46,7 +46,7 @@ func loadTasks(t testing.TB, s asyncagents.Store) []asyncagents.Task {
 // sameTasks compares lists of tasks by id, as stored: DisplayID is not kept.
 var sameTasks = cmp.Options{
 	cmpopts.SortSlices(func(a, b asyncagents.Task) bool { return a.ID < b.ID }),
-	cmpopts.IgnoreFields(asyncagents.Task{}, "DisplayID"),
+	cmpopts.IgnoreFields(asyncagents.Task{}, "DisplayID", "QueuePosition"),
 	cmpopts.EquateEmpty(),
 }
 
