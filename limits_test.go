@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
-	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
@@ -96,10 +95,7 @@ func TestRealServerConcurrencyLimitT21(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "limits parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "limits parent")
 	m := newManager(t, c, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyNoReply(true))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	first := launch(t, m, caller, "SLEEP:1")

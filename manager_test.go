@@ -27,12 +27,20 @@ func fakeClient(t *testing.T, opts ...opencodetest.FakeOption) *opencodetest.Fak
 	return f
 }
 
-func fakeParent(t *testing.T, c opencode.Client) asyncagents.Caller {
+// newSession creates a session on c's server.
+func newSession(t *testing.T, c opencode.Client, title string) *opencode.Session {
 	t.Helper()
-	s, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
+	s, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: title})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// fakeParent creates a parent session and returns it as a caller.
+func fakeParent(t *testing.T, c opencode.Client) asyncagents.Caller {
+	t.Helper()
+	s := newSession(t, c, "parent")
 	return asyncagents.Caller{SessionID: s.ID, Agent: "build"}
 }
 

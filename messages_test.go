@@ -34,10 +34,7 @@ func (c *pagesOnly) MessagesBefore(ctx context.Context, id string, limit int, be
 func checkFullSession(t *testing.T, c opencode.Client) {
 	p := &pagesOnly{Client: c}
 	m := newManager(t, p, asyncagents.WithNotifications(false))
-	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "full session parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "full session parent")
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	task := await(t, m, caller, launch(t, m, caller, "RUN:echo first-output ||| echo "+strings.Repeat("x", 2500)+" ||| echo last THINK").ID)
 	out := tools(m)["asyncagents_output"]

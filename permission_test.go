@@ -9,7 +9,6 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/manager"
-	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // outside makes OpenCode ask the external_directory permission for /no/such/*.
@@ -84,10 +83,7 @@ func TestRealServerPermissionPolicyT16(t *testing.T) {
 	srv := ownServer(t) // cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "policy parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "policy parent")
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	allow := newManager(t, c, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)),
 		asyncagents.WithNotifyNoReply(true))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/internal/fakeclock"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -41,21 +42,6 @@ func parentDown(p *opencodetest.Proxy, parent string, f opencodetest.Fault) (rem
 	f.Pattern = "/session/" + parent + "/{rest...}"
 	below := p.Inject(f)
 	return func() { whole.Remove(); below.Remove() }
-}
-
-// eventually checks cond every 50ms until it holds (true) or d has passed (false).
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.After(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
 }
 
 // note returns task id's notification (the first), or a zero one.
@@ -197,7 +183,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 			}
 		}
 	})
-	if decided = eventually(15*time.Second, ended); !decided {
+	if decided = testmain.Eventually(15*time.Second, ended); !decided {
 		t.Fatal("interrupted runs not decided 15 s after the server was back")
 	}
 	t.Logf("all tasks ended %v after the server was back", time.Since(restarted))
@@ -378,7 +364,7 @@ func TestFaultHeadOfLineN(t *testing.T) {
 		return tk.Status.Terminal()
 	})
 	ended := time.Now()
-	if !eventually(3*time.Second, func() bool { return delivered(m, tb.ID) }) {
+	if !testmain.Eventually(3*time.Second, func() bool { return delivered(m, tb.ID) }) {
 		t.Fatalf("B not notified 3 s after its task ended, behind unreachable A: %+v", note(m, tb.ID))
 	}
 	t.Logf("B's task ran %v; notified %v after it ended", ended.Sub(start), time.Since(ended))
@@ -426,7 +412,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 	})
 	b := fakeParent(t, c)
 	tb := launch(t, m, b, "RUN:echo b")
-	if !eventually(5*time.Second, func() bool { return delivered(m, tb.ID) }) {
+	if !testmain.Eventually(5*time.Second, func() bool { return delivered(m, tb.ID) }) {
 		tk, _ := m.Get(tb.ID)
 		t.Errorf("B's notification not delivered 5 s after its task ended (%s) while %d parents hang: %+v", tk.Status, hung, note(m, tb.ID))
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -42,10 +43,7 @@ func parentWithWork(t *testing.T, c *opencode.HTTPClient) (*opencode.Session, st
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	secret := "PARENT_SECRET=" + hex.EncodeToString(b)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "parent")
 	reply, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{
 		opencode.NewText("RUN:echo " + secret + " ||| echo done")}})
 	if err != nil || reply.Info.Finish != "stop" {
@@ -183,18 +181,11 @@ func ownServer(t *testing.T) *opencodetest.Server {
 	return opencodetest.Start(t)
 }
 
-// waitFor checks cond every 50ms until it holds, failing the test after d.
+// waitFor waits until cond holds, failing the test after d.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.After(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatal("condition not met in time")
-		case <-tick.C:
-		}
+	if !testmain.Eventually(d, cond) {
+		t.Fatal("condition not met in time")
 	}
 }
 
@@ -210,10 +201,7 @@ func TestRealServerLaunchValidation(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "validation parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "validation parent")
 	m := newManager(t, c)
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	ok := asyncagents.LaunchInput{Caller: caller, Description: "d", Prompt: "p", Agent: "general"}
@@ -257,10 +245,7 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "cancel parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "cancel parent")
 	m := newManager(t, c, asyncagents.WithNotifyNoReply(true))
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 
@@ -309,10 +294,7 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "compacted parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "compacted parent")
 	prompt := func(text string) {
 		t.Helper()
 		if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(text)}}); err != nil {
@@ -361,10 +343,7 @@ func TestRealServerCompletionByPollingOnly(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "poll parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "poll parent")
 	m := newManager(t, noEvents{c}, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifications(false))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "polled", Agent: "general", Prompt: "RUN:echo polled-ok"})
@@ -382,10 +361,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "deleted parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "deleted parent")
 	m := newManager(t, c, asyncagents.WithNotifications(false))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	launch := func(prompt string) asyncagents.Task {
@@ -433,10 +409,7 @@ func TestRealServerPermissionAsked(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "permission parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "permission parent")
 	m := newManager(t, c, asyncagents.WithNotifications(false))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
@@ -464,10 +437,7 @@ func TestRealServerNestingDepthT17(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "nesting parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "nesting parent")
 	m := newManager(t, c, asyncagents.WithNestingDepth(2), asyncagents.WithNotifications(false))
 	in := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: parent.ID}, Description: "top", Agent: "general", Prompt: "RUN:echo top"}
 	top, err := m.Launch(ctx, in)
@@ -505,10 +475,7 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "follow-up parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "follow-up parent")
 	m := newManager(t, c, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyNoReply(true))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:2"})
@@ -536,10 +503,7 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 	srv := ownServer(t) // aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "watchdog parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "watchdog parent")
 	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
 		asyncagents.WithStaleTimeout(4*time.Second))
 	caller := asyncagents.Caller{SessionID: parent.ID}

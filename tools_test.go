@@ -176,10 +176,7 @@ func TestRealServerTools(t *testing.T) {
 	c := srv.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "tools parent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	parent := newSession(t, c, "tools parent")
 	if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo tool-ctx-42")}}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -25,4 +26,20 @@ func Run(m *testing.M, cleanups ...func()) {
 		}
 	}
 	os.Exit(code)
+}
+
+// Eventually checks cond every 20ms until it holds (true) or d has passed (false): the one
+// way the tests wait for something another goroutine or process does.
+func Eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.After(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -96,18 +97,11 @@ func get(t *testing.T, c *http.Client, url string) (string, error) {
 	return fmt.Sprintf("%d %s", resp.StatusCode, b), err
 }
 
-// poll checks cond every 10ms until it holds, failing the test after d.
+// poll waits until cond holds, failing the test after d.
 func poll(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.After(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatal("condition not met in time")
-		case <-tick.C:
-		}
+	if !testmain.Eventually(d, cond) {
+		t.Fatal("condition not met in time")
 	}
 }
 
