@@ -192,7 +192,7 @@ func (m *Manager) handle(ev opencode.Event) {
 		m.permissionAskedLocked(e, PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns})
 	case opencode.EventPermissionReplied:
 		e.task.Permission = nil
-		e.version++
+		m.changedLocked(e)
 	}
 }
 
@@ -354,7 +354,7 @@ func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 		pr.LastTools = append(pr.LastTools[:0], pr.LastTools[n-3:]...)
 	}
 	pr.Updated = m.now()
-	e.version++
+	m.changedLocked(e)
 }
 
 // sessionDeleted handles session.deleted: a deleted parent takes its tasks with it (active
@@ -636,7 +636,7 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 		e.task.FollowUps = nil // a cancel stops what was queued too
 	}
 	followUp := len(e.task.FollowUps) > 0
-	e.version++
+	m.changedLocked(e)
 	close(e.done)
 	if b := m.batches[e.task.BatchID]; b != nil {
 		b.active--

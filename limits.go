@@ -101,7 +101,7 @@ func (m *Manager) startableLocked(key string) []*entry {
 		m.running[key]++
 		e.slot = key
 		e.task.Status, e.task.Started = StatusRunning, m.now()
-		e.version++
+		m.changedLocked(e)
 		start = append(start, e)
 	}
 	return start

@@ -99,6 +99,9 @@ type Manager struct {
 
 	agentsOnce singleflight.Group
 	nqWake     chan struct{}
+
+	seq  uint64                     // changes so far (Change.Seq)
+	subs map[*Subscription]struct{} // live subscriptions
 }
 
 // New returns a Manager that runs tasks on the OpenCode server behind client (usually an
@@ -222,6 +225,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.close1.Do(func() {
 		m.mu.Lock()
 		m.closed = true
+		for s := range m.subs {
+			m.endSubLocked(s, ErrClosed)
+		}
 		m.mu.Unlock()
 	})
 	err := waitCtx(ctx, &m.ops)
@@ -418,7 +424,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	b.total++
 	b.active++
 	m.tasks[sess.ID] = e
-	e.version++
+	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
 
@@ -444,7 +450,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 			return m.snapshot(e), nil // it starts when a slot frees
 		}
 		e.task.Status, e.task.Started = StatusRunning, m.now()
-		e.version++
+		m.changedLocked(e)
 		m.mu.Unlock()
 		m.persist(e)
 	}
@@ -684,7 +690,7 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	save := false
 	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
 		e.task.Retrieved = m.now()
-		e.version++
+		m.changedLocked(e)
 		save = true
 	}
 	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
@@ -864,6 +870,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 // tasks that can start in the slot it freed (see startQueued).
 func (m *Manager) removeLocked(e *entry) []*entry {
 	id := e.task.ID
+	m.publishLocked(e, true)
 	delete(m.tasks, id)
 	delete(m.rq, id)
 	m.reg.Remove(id)

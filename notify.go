@@ -101,7 +101,7 @@ func (m *Manager) queueNoteLocked(e *entry, note Notification) {
 		}
 	}
 	t.Notifications = append(kept, note)
-	e.version++
+	m.changedLocked(e)
 	m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
 }
 
@@ -239,7 +239,7 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	m.mu.Lock()
 	defer func() {
 		ob.inFlight = false
-		e.version++
+		m.changedLocked(e)
 		m.mu.Unlock()
 		m.persist(e)
 	}()
@@ -302,7 +302,7 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 	m.mu.Lock()
 	if note := noteLocked(e, n.Key); note != nil {
 		note.MessageID = id
-		e.version++
+		m.changedLocked(e)
 	}
 	m.mu.Unlock()
 	m.persist(e)

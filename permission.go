@@ -44,7 +44,7 @@ func (m *Manager) permissionAskedLocked(e *entry, req PendingPermission) {
 		return // the same request again
 	}
 	e.task.Permission = &req
-	e.version++
+	m.changedLocked(e)
 	if m.cfg.permissions != nil {
 		snap, rc := e.task.clone(), e.task.ResumeCount
 		m.wg.Add(1) // m.wg is above zero: the event loop that calls this is counted in it

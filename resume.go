@@ -62,7 +62,7 @@ func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
 		return Task{}, fmt.Errorf("%w: %s is %s and %d follow-up(s) already wait; wait for it or cancel it", ErrTaskBusy, t.ID, t.Status, len(t.FollowUps))
 	}
 	t.FollowUps = append(t.FollowUps, prompt)
-	e.version++
+	m.changedLocked(e)
 	return m.viewLocked(e), nil
 }
 
@@ -108,7 +108,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	if _, ok := m.open[t.ParentSessionID]; !ok {
 		m.open[t.ParentSessionID] = t.BatchID
 	}
-	e.version++
+	m.changedLocked(e)
 	rc, agent := t.ResumeCount, t.Agent
 	model, _ := parseModel(t.Model) // validated at launch
 	m.mu.Unlock()
@@ -133,7 +133,7 @@ func (m *Manager) sendFollowUp(e *entry) {
 	}
 	prompt := e.task.FollowUps[0]
 	e.task.FollowUps = e.task.FollowUps[1:]
-	e.version++
+	m.changedLocked(e)
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.requestTimeout)
 	defer cancel()

@@ -133,3 +133,11 @@ func (f *FakeClient) dropStreams() {
 		delete(f.streams, s)
 	}
 }
+
+// Streams returns the number of open event streams (Events). A test waits for its client's
+// subscription with it before it scripts events the client must see.
+func (f *FakeClient) Streams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.streams)
+}

@@ -1,0 +1,150 @@
+package asyncagents
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// DefaultSubscriptionBuffer is the number of changes a [Subscription] holds for its reader
+// when [Manager.Subscribe] is given 0.
+const DefaultSubscriptionBuffer = 256
+
+// MaxSubscriptionBuffer bounds the buffer of one [Subscription].
+const MaxSubscriptionBuffer = 1 << 16
+
+// ErrLagged is what [Subscription.Err] returns after the Manager dropped a subscriber that
+// fell a whole buffer behind. Read the tasks again and subscribe anew.
+var ErrLagged = errors.New("asyncagents: subscriber fell behind")
+
+// Change is one change of one task, as a [Subscription] delivers it.
+type Change struct {
+	// Seq numbers the Manager's changes from 1 in the order they happened, without gaps; it
+	// starts again at 1 in a new Manager.
+	Seq uint64 `json:"seq"`
+	// Task is the task after the change; for a removal, the task as it was.
+	Task Task `json:"task"`
+	// Removed reports that the task was cleared (Manager.Clear, Manager.ClearAll).
+	Removed bool `json:"removed,omitempty"`
+}
+
+// Subscription receives the changes of a Manager's tasks: a new task, a status change, a
+// counted tool call, a permission request or answer, a follow-up, a notification's
+// progress, a removal. Create one with [Manager.Subscribe]; it is safe for concurrent use.
+type Subscription struct {
+	m   *Manager
+	c   chan Change
+	err error // set, under m.mu, before c is closed
+}
+
+// Changes returns the channel the changes arrive on, in Seq order. It is closed when the
+// subscription ends; Err then says why.
+func (s *Subscription) Changes() <-chan Change { return s.c }
+
+// Err returns nil while the subscription runs; after its channel is closed, [ErrLagged]
+// (the reader fell a whole buffer behind), [ErrClosed] (the Manager was closed) or nil (the
+// subscription was closed by its owner).
+func (s *Subscription) Err() error {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription and closes its channel. It may be called more than once.
+func (s *Subscription) Close() {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.endSubLocked(s, nil)
+}
+
+// Subscribe returns every task of the Manager, as they are at this moment and sorted by id
+// (newest first), and a subscription to every change from this moment on. buffer is how
+// many changes the subscription holds before its reader takes them (0:
+// [DefaultSubscriptionBuffer]; at most [MaxSubscriptionBuffer]). The Manager never waits
+// for a reader: one that falls a whole buffer behind is dropped, its channel closed and
+// Err set to [ErrLagged]. It returns [ErrInvalidInput] for a bad buffer and [ErrClosed]
+// after Close.
+func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
+	if buffer < 0 || buffer > MaxSubscriptionBuffer {
+		return nil, nil, fmt.Errorf("%w: subscription buffer %d outside 0..%d", ErrInvalidInput, buffer, MaxSubscriptionBuffer)
+	}
+	if buffer == 0 {
+		buffer = DefaultSubscriptionBuffer
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, nil, ErrClosed
+	}
+	s := &Subscription{m: m, c: make(chan Change, buffer)}
+	if m.subs == nil {
+		m.subs = map[*Subscription]struct{}{}
+	}
+	m.subs[s] = struct{}{}
+	return s, m.allLocked(""), nil
+}
+
+// ListAll returns every task of the Manager, whatever its parent, sorted by id (newest
+// first); with a status, only the tasks in that status. Unlike [Manager.List] it is meant
+// for the host (a status page, a command line), not for a model. It returns
+// [ErrInvalidInput] for an unknown status and [ErrClosed] after Close.
+func (m *Manager) ListAll(status Status) ([]Task, error) {
+	if status != "" && !status.valid() {
+		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	return m.allLocked(status), nil
+}
+
+// allLocked returns the tasks in status ("" for all), newest first.
+func (m *Manager) allLocked(status Status) []Task {
+	out := make([]Task, 0, len(m.tasks))
+	for _, e := range m.tasks {
+		if status == "" || e.task.Status == status {
+			out = append(out, m.viewLocked(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out
+}
+
+// changedLocked records a change of e: a new version to save, and a Change for the
+// subscribers.
+func (m *Manager) changedLocked(e *entry) {
+	e.version++
+	m.publishLocked(e, false)
+}
+
+// publishLocked sends the current state of e to every subscriber that has room, and drops
+// those that have none.
+func (m *Manager) publishLocked(e *entry, removed bool) {
+	m.seq++
+	if len(m.subs) == 0 {
+		return
+	}
+	c := Change{Seq: m.seq, Task: m.viewLocked(e), Removed: removed}
+	for s := range m.subs {
+		select {
+		case s.c <- c:
+		default:
+			m.endSubLocked(s, ErrLagged)
+		}
+	}
+}
+
+// endSubLocked ends s with err unless it has ended already.
+func (m *Manager) endSubLocked(s *Subscription, err error) {
+	if _, ok := m.subs[s]; !ok {
+		return
+	}
+	delete(m.subs, s)
+	s.err = err
+	close(s.c)
+}
+
+// ToolPrefix returns the prefix of the Manager's tool names ([WithToolPrefix]).
+func (m *Manager) ToolPrefix() string { return m.cfg.toolPrefix }
