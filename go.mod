@@ -1,6 +1,6 @@
 module github.com/asyncagents/asyncagents
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3
@@ -11,4 +11,15 @@ require (
 	golang.org/x/sys v0.41.0
 )
 
-require golang.org/x/sync v0.19.0
+require golang.org/x/sync v0.20.0
+
+require (
+	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327 // indirect
+	github.com/chromedp/chromedp v0.14.2
+	github.com/chromedp/sysutil v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20250725192818-e39067aee2d2 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
+	github.com/gobwas/pool v0.2.1 // indirect
+	github.com/gobwas/ws v1.4.0 // indirect
+	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
+)

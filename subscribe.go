@@ -57,13 +57,12 @@ func (s *Subscription) Close() {
 	s.m.endSubLocked(s, nil)
 }
 
-// Subscribe returns every task of the Manager, as they are at this moment and sorted by id
-// (newest first), and a subscription to every change from this moment on. buffer is how
-// many changes the subscription holds before its reader takes them (0:
-// [DefaultSubscriptionBuffer]; at most [MaxSubscriptionBuffer]). The Manager never waits
-// for a reader: one that falls a whole buffer behind is dropped, its channel closed and
-// Err set to [ErrLagged]. It returns [ErrInvalidInput] for a bad buffer and [ErrClosed]
-// after Close.
+// Subscribe returns every task of the Manager as it is at this moment, newest first, and a
+// subscription to every change from this moment on. buffer is how many changes the
+// subscription holds before its reader takes them (0: [DefaultSubscriptionBuffer]; at most
+// [MaxSubscriptionBuffer]). The Manager never waits for a reader: one that falls a whole
+// buffer behind is dropped, its channel closed and Err set to [ErrLagged]. It returns
+// [ErrInvalidInput] for a bad buffer and [ErrClosed] after Close.
 func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 	if buffer < 0 || buffer > MaxSubscriptionBuffer {
 		return nil, nil, fmt.Errorf("%w: subscription buffer %d outside 0..%d", ErrInvalidInput, buffer, MaxSubscriptionBuffer)
@@ -84,10 +83,10 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 	return s, m.allLocked(""), nil
 }
 
-// ListAll returns every task of the Manager, whatever its parent, sorted by id (newest
-// first); with a status, only the tasks in that status. Unlike [Manager.List] it is meant
-// for the host (a status page, a command line), not for a model. It returns
-// [ErrInvalidInput] for an unknown status and [ErrClosed] after Close.
+// ListAll returns every task of the Manager, whatever its parent, newest first; with a
+// status, only the tasks in that status. Unlike [Manager.List] it is meant for the host (a
+// status page, a command line), not for a model. It returns [ErrInvalidInput] for an
+// unknown status and [ErrClosed] after Close.
 func (m *Manager) ListAll(status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
 		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
@@ -108,7 +107,8 @@ func (m *Manager) allLocked(status Status) []Task {
 			out = append(out, m.viewLocked(e))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	// OpenCode's session ids sort newest first.
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 

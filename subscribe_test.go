@@ -111,8 +111,9 @@ func TestSubscribeSlowReaderIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var launched []string
 	for range 3 {
-		launch(t, m, caller, "x")
+		launched = append(launched, launch(t, m, caller, "x").ID)
 	}
 	n := 0
 	for range sub.Changes() {
@@ -121,8 +122,9 @@ func TestSubscribeSlowReaderIsDropped(t *testing.T) {
 	if n != 1 || !errors.Is(sub.Err(), asyncagents.ErrLagged) {
 		t.Errorf("read %d changes, Err = %v; want 1 and ErrLagged", n, sub.Err())
 	}
-	if got, err := m.ListAll(""); err != nil || len(got) != 3 {
-		t.Errorf("ListAll = %d tasks, %v; want 3", len(got), err)
+	got, err := m.ListAll("")
+	if err != nil || len(got) != 3 || got[0].ID != launched[2] || got[2].ID != launched[0] {
+		t.Errorf("ListAll = %+v, %v; want the 3 tasks, newest first", got, err)
 	}
 }
 

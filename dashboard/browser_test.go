@@ -1,0 +1,544 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/dashboard"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// The page in a real browser: Debian's chromium, headless, driven with chromedp, against
+// the handler over a Manager on the real OpenCode server (and, for the 1,000-task check,
+// on the in-memory one).
+//
+// ASYNCAGENTS_CHROMIUM names the browser binary (default: chromium on PATH, then
+// /usr/bin/chromium). ASYNCAGENTS_SCREENSHOT=path.png makes TestBrowserScreenshot save a
+// picture of the page with tasks in every state (docs/dashboard.png);
+// ASYNCAGENTS_SCREENSHOT_WIDTH sets its width in CSS pixels (default 1280).
+
+const noChromium = "chromium not found: run `make browser` or `apt-get install chromium` (Debian), or set ASYNCAGENTS_CHROMIUM to a Chromium binary"
+
+// chromium returns the browser binary, or skips the test (fails it under CI=true).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("ASYNCAGENTS_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(noChromium)
+	}
+	t.Skip(noChromium)
+	return ""
+}
+
+// browser starts a headless chromium with a fresh profile, HOME and XDG folders under
+// t.TempDir, and stops it (its process, through chromedp's allocator) when the test ends.
+func browser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	exe := chromium(t)
+	home := t.TempDir()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-breakpad", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("password-store", "basic"),
+		chromedp.Flag("force-color-profile", "srgb"),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(filepath.Join(home, "profile")),
+		chromedp.WindowSize(width, height),
+		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "XDG_DATA_HOME="+filepath.Join(home, ".local/share")),
+	)
+	t.Cleanup(cancelAlloc) // kills the browser process and waits for it
+	var (
+		mu   sync.Mutex
+		errs []string
+	)
+	ctx, cancel := chromedp.NewContext(actx,
+		chromedp.WithLogf(func(string, ...any) {}),
+		chromedp.WithErrorf(func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, fmt.Sprintf(format, args...))
+		}))
+	t.Cleanup(func() {
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) > 0 && testing.Verbose() {
+			t.Logf("chromedp: %d errors, first: %s", len(errs), errs[0])
+		}
+	})
+	start := time.Now()
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	t.Logf("chromium started in %v", time.Since(start).Round(time.Millisecond))
+	return ctx
+}
+
+// run runs chromedp actions with a timeout.
+func run(t *testing.T, ctx context.Context, d time.Duration, actions ...chromedp.Action) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rowState is what the page shows of one task.
+type rowState struct {
+	Status string `json:"status"`
+	Calls  string `json:"calls"`
+	Tools  string `json:"tools"`
+	Text   string `json:"text"`
+	Cancel bool   `json:"cancel"`
+	Forked bool   `json:"forked"`
+	Fork   string `json:"fork"`
+	Dur    string `json:"dur"`
+}
+
+const rowJS = `((id) => {
+	const el = document.querySelector('article.task[data-id="' + id + '"]');
+	if (!el) return null;
+	const q = s => el.querySelector(s);
+	return {status: el.dataset.status, calls: q('.calls').textContent, tools: q('.tools').textContent,
+		text: q('.text').textContent, cancel: !q('.cancel').hidden, forked: !q('.b-fork').hidden,
+		fork: q('.fork').hidden ? '' : q('.fork').textContent, dur: q('.dur').textContent};
+})(%q)`
+
+func row(t *testing.T, ctx context.Context, id string) *rowState {
+	t.Helper()
+	var r *rowState
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(fmt.Sprintf(rowJS, id), &r))
+	return r
+}
+
+// waitRow polls the page until cond holds for the task's row.
+func waitRow(t *testing.T, ctx context.Context, id string, d time.Duration, what string, cond func(*rowState) bool) *rowState {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		r := row(t, ctx, id)
+		if r != nil && cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page did not show %s within %v; row: %+v", what, d, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// recorder notes every state of every row the page shows, in order, so that a test sees
+// states shorter than its polling.
+const recorder = `(() => {
+	window.__seen = [];
+	window.__kept = 'no reload';
+	const note = () => document.querySelectorAll('article.task').forEach(el => {
+		const v = el.dataset.id + '|' + el.dataset.status + '|' + el.querySelector('.calls').textContent;
+		if (!window.__seen.includes(v)) window.__seen.push(v);
+	});
+	new MutationObserver(note).observe(document.getElementById('groups'), {subtree: true, childList: true, characterData: true, attributes: true});
+	return true;
+})()`
+
+// realEnv is a Manager on a real OpenCode server with the handler on a loopback port.
+type realEnv struct {
+	srv    *opencodetest.Server
+	m      *asyncagents.Manager
+	url    string
+	caller asyncagents.Caller
+}
+
+func newRealEnv(t *testing.T, srv *opencodetest.Server, mopts []asyncagents.Option, opts ...dashboard.Option) *realEnv {
+	t.Helper()
+	c := srv.Client()
+	m, err := asyncagents.New(c, append([]asyncagents.Option{asyncagents.WithPollInterval(500 * time.Millisecond)}, mopts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	h, err := dashboard.New(m, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { _ = h.Close() })
+	return &realEnv{srv: srv, m: m, url: hs.URL + "/", caller: parent(t, c)}
+}
+
+func (e *realEnv) launch(t *testing.T, in asyncagents.LaunchInput) asyncagents.Task {
+	t.Helper()
+	if in.Caller.SessionID == "" {
+		in.Caller = e.caller
+	}
+	if in.Agent == "" {
+		in.Agent = "general"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task, err := e.m.Launch(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+// The page shows a task appear, its progress advance and its result arrive without a
+// reload, and its cancel button cancels a running task — on the real server.
+func TestBrowserLiveTasks(t *testing.T) {
+	chromium(t) // skip before starting a server
+	srv := opencodetest.Start(t)
+	e := newRealEnv(t, srv, nil)
+	ctx := browser(t, 1280, 900)
+
+	start := time.Now()
+	var ok bool
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(e.url),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Evaluate(recorder, &ok))
+	t.Logf("page live in %v", time.Since(start).Round(time.Millisecond))
+
+	// A task with three bash steps, each a second apart.
+	start = time.Now()
+	task := e.launch(t, asyncagents.LaunchInput{Description: "three steps", Prompt: "RUN:sleep 1 ||| sleep 1 ||| echo finished-ok"})
+	waitRow(t, ctx, task.ID, 10*time.Second, "the new task", func(r *rowState) bool { return r.Status == "running" || r.Status == "completed" })
+	t.Logf("task on the page %v after its launch", time.Since(start).Round(time.Millisecond))
+	final := waitRow(t, ctx, task.ID, 60*time.Second, "the result", func(r *rowState) bool { return r.Status == "completed" })
+	if !strings.Contains(final.Text, "finished-ok") || final.Calls != "3 tool calls" || !strings.Contains(final.Tools, "bash") {
+		t.Errorf("completed row = %+v", final)
+	}
+	t.Logf("completed on the page %v after its launch: %+v", time.Since(start).Round(time.Millisecond), final)
+	var seen []string
+	var kept string
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(`window.__seen`, &seen), chromedp.Evaluate(`window.__kept`, &kept))
+	if kept != "no reload" {
+		t.Error("the page was reloaded")
+	}
+	var progress []string
+	for _, s := range seen {
+		if strings.HasPrefix(s, task.ID+"|running|") {
+			progress = append(progress, strings.TrimPrefix(s, task.ID+"|running|"))
+		}
+	}
+	t.Logf("states of the running task on the page: %q", progress)
+	var advanced bool
+	for _, p := range progress {
+		advanced = advanced || p == "1 tool call" || p == "2 tool calls"
+	}
+	if !advanced {
+		t.Errorf("the page never showed the progress of the running task: %q", seen)
+	}
+	if got, _ := e.m.Get(task.ID); got.Status != asyncagents.StatusCompleted {
+		t.Errorf("the Manager's task = %s", got.Status)
+	}
+
+	// Cancel a running task with the page's button: a first click arms it, a second cancels.
+	long := e.launch(t, asyncagents.LaunchInput{Description: "sleeps", Prompt: "RUN:sleep 60 ||| echo never"})
+	sel := `article.task[data-id="` + long.ID + `"] .cancel`
+	waitRow(t, ctx, long.ID, 30*time.Second, "the task running its command, with a cancel button", func(r *rowState) bool {
+		return r.Status == "running" && r.Calls == "1 tool call" && r.Cancel
+	})
+	start = time.Now()
+	run(t, ctx, 10*time.Second, chromedp.Click(sel, chromedp.ByQuery), chromedp.Click(sel, chromedp.ByQuery))
+	r := waitRow(t, ctx, long.ID, 20*time.Second, "the cancelled task", func(r *rowState) bool { return r.Status == "cancelled" })
+	t.Logf("cancelled on the page %v after the click: %+v", time.Since(start).Round(time.Millisecond), r)
+	if r.Cancel {
+		t.Error("a cancelled task still has its cancel button")
+	}
+	if got, _ := e.m.Get(long.ID); got.Status != asyncagents.StatusCancelled {
+		t.Errorf("the Manager's task after the click = %s", got.Status)
+	}
+	var title string
+	run(t, ctx, 5*time.Second, chromedp.Title(&title))
+	if title != "asyncagents · tasks" {
+		t.Errorf("title with nothing active = %q", title)
+	}
+}
+
+// 1,000 tasks: the page shows them all, and a change updates its row only (the other
+// rows stay the same DOM nodes).
+func TestBrowserThousandTasks(t *testing.T) {
+	chromium(t)
+	const n, parents = 1000, 20
+	e := newEnv(t, held())
+	callers := []asyncagents.Caller{e.caller}
+	for len(callers) < parents {
+		callers = append(callers, parent(t, e.f))
+	}
+	var tasks []asyncagents.Task
+	for i := range n {
+		tasks = append(tasks, e.launch(t, callers[i%parents], fmt.Sprintf("task %d", i), "x", false))
+	}
+	ctx := browser(t, 1280, 900)
+	start := time.Now()
+	var count int
+	run(t, ctx, 60*time.Second,
+		chromedp.Navigate(e.srv.URL+"/"),
+		chromedp.Poll(`document.querySelectorAll('article.task').length === 1000 && document.querySelectorAll('section.group').length`, &count,
+			chromedp.WithPollingTimeout(30*time.Second)))
+	t.Logf("%d tasks in %d groups on the page %v after navigation", n, count, time.Since(start).Round(time.Millisecond))
+	if count != parents {
+		t.Errorf("%d groups, want %d", count, parents)
+	}
+	var ok bool
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(`(() => {
+		document.querySelectorAll('article.task').forEach(el => el.__tag = 1);
+		window.__long = [];
+		new PerformanceObserver(l => l.getEntries().forEach(e => window.__long.push(e.duration))).observe({type: 'longtask'});
+		return true;
+	})()`, &ok))
+
+	// 200 tasks finish, each after a tool call: several changes per task.
+	start = time.Now()
+	for _, task := range tasks[:200] {
+		if err := e.f.Release(task.ID, opencodetest.Bash("echo hi"), opencodetest.Text("done")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var done bool
+	run(t, ctx, 60*time.Second, chromedp.Poll(`document.querySelector('[data-count="completed"]').textContent === '200'`, &done,
+		chromedp.WithPollingTimeout(45*time.Second)))
+	t.Logf("200 completions on the page %v after the releases", time.Since(start).Round(time.Millisecond))
+	var state struct {
+		Rows, Tagged, Completed int
+		Long                    []float64
+	}
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(`(() => {
+		const rows = [...document.querySelectorAll('article.task')];
+		return {rows: rows.length, tagged: rows.filter(el => el.__tag === 1).length,
+			completed: rows.filter(el => el.dataset.status === 'completed').length, long: window.__long};
+	})()`, &state))
+	if state.Rows != n || state.Tagged != n || state.Completed != 200 {
+		t.Errorf("after the updates: %d rows, %d of them the same nodes as before, %d completed; want %d, %d, 200", state.Rows, state.Tagged, state.Completed, n, n)
+	}
+	var longest float64
+	for _, d := range state.Long {
+		longest = max(longest, d)
+	}
+	t.Logf("long tasks (> 50 ms) on the main thread while 200 tasks finished: %d, longest %.0f ms", len(state.Long), longest)
+	r := row(t, ctx, tasks[0].ID)
+	if r == nil || r.Status != "completed" || r.Calls != "1 tool call" || r.Text != "done" {
+		t.Errorf("a finished row = %+v", r)
+	}
+}
+
+// With a token, the page without it says how to sign in; opened once with ?token= it
+// keeps a cookie, drops the token from its address and goes live.
+func TestBrowserToken(t *testing.T) {
+	chromium(t)
+	const token = "tok/en+with space"
+	e := newEnv(t, held(), dashboard.WithToken(token))
+	task := e.launch(t, e.caller, "signed in", "x", false)
+	ctx := browser(t, 1280, 900)
+	var notice, loc string
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(e.srv.URL+"/"),
+		chromedp.WaitVisible(`#notice p`, chromedp.ByQuery),
+		chromedp.Text(`#notice p span`, &notice, chromedp.ByQuery))
+	if !strings.Contains(notice, "?token=") {
+		t.Errorf("notice without the token = %q", notice)
+	}
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(e.srv.URL+"/?token="+url.QueryEscape(token)),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Location(&loc))
+	if loc != e.srv.URL+"/" {
+		t.Errorf("address after signing in = %s", loc)
+	}
+	waitRow(t, ctx, task.ID, 10*time.Second, "the task", func(r *rowState) bool { return r.Status == "running" })
+	var hidden bool
+	run(t, ctx, 5*time.Second, chromedp.Evaluate(`document.getElementById('notice').hidden`, &hidden))
+	if !hidden {
+		t.Error("the sign-in notice stayed after signing in")
+	}
+}
+
+// TestBrowserScreenshot saves a picture of the page with tasks in every state when
+// ASYNCAGENTS_SCREENSHOT names a file (make the README's docs/dashboard.png with it).
+func TestBrowserScreenshot(t *testing.T) {
+	path := os.Getenv("ASYNCAGENTS_SCREENSHOT")
+	if path == "" {
+		t.Skip("set ASYNCAGENTS_SCREENSHOT=path.png to save a screenshot of the page")
+	}
+	width := 1280
+	if w, err := strconv.Atoi(os.Getenv("ASYNCAGENTS_SCREENSHOT_WIDTH")); err == nil && w > 0 {
+		width = w
+	}
+	chromium(t)
+	model := opencodetest.NewModel()
+	t.Cleanup(model.Close)
+	model.SetScript(demoScript)
+	srv := opencodetest.Start(t, opencodetest.WithModel(model))
+	e := newRealEnv(t, srv, []asyncagents.Option{asyncagents.WithConcurrency(asyncagents.Limits{Default: 3}),
+		asyncagents.WithNotifyNoReply(true)})
+	c := srv.Client()
+	ctx := context.Background()
+	// The first parent did some work that its forked task inherits.
+	if _, err := c.Prompt(ctx, e.caller.SessionID, opencode.PromptRequest{Parts: []opencode.TextPartInput{
+		opencode.NewText("RUN:ls ||| echo go test ./... ||| git status --short")}}); err != nil {
+		t.Fatal(err)
+	}
+	review := asyncagents.Caller{SessionID: newSession(t, c, "review"), Agent: "plan"}
+
+	wait := func(id string, st asyncagents.Status) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got, _ := e.m.Get(id)
+			if got.Status == st {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s is %s, want %s", id, got.Status, st)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	todo := e.launch(t, asyncagents.LaunchInput{Description: "Find TODO comments", Prompt: "[todo] List the TODO comments in the files we looked at.", Fork: true})
+	api := e.launch(t, asyncagents.LaunchInput{Caller: review, Description: "Summarize the public API", Agent: "explore", Prompt: "[api] Summarize the exported API of the root package."})
+	wait(todo.ID, asyncagents.StatusCompleted)
+	wait(api.ID, asyncagents.StatusCompleted)
+	flaky := e.launch(t, asyncagents.LaunchInput{Description: "Fetch the upstream changelog", Prompt: "[fail] Fetch the changelog."})
+	wait(flaky.ID, asyncagents.StatusError)
+	stale := e.launch(t, asyncagents.LaunchInput{Caller: review, Description: "Refactor the config loader", Prompt: "[slow] Refactor the config loader."})
+	wait(stale.ID, asyncagents.StatusRunning)
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := e.m.Cancel(ctx, review, stale.ID); err != nil {
+		t.Fatal(err)
+	}
+	tests := e.launch(t, asyncagents.LaunchInput{Description: "Run the test suite", Prompt: "[tests] Run the tests and report failures.", Fork: true})
+	lint := e.launch(t, asyncagents.LaunchInput{Caller: review, Description: "Lint every package", Prompt: "[lint] Run the linters."})
+	bench := e.launch(t, asyncagents.LaunchInput{Description: "Benchmark the fork pipeline", Prompt: "[bench] Run the benchmarks."})
+	queued := e.launch(t, asyncagents.LaunchInput{Caller: review, Description: "Check third-party licenses", Prompt: "[lint] Check the licenses."})
+	if queued.Status != asyncagents.StatusQueued {
+		t.Errorf("fourth running task is %s, want queued", queued.Status)
+	}
+	// Let the running tasks make a few tool calls.
+	for _, id := range []string{tests.ID, lint.ID, bench.ID} {
+		deadline := time.Now().Add(30 * time.Second)
+		for got, _ := e.m.Get(id); got.Progress.ToolCalls < 2 && time.Now().Before(deadline); got, _ = e.m.Get(id) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	bctx := browser(t, width, 900)
+	var (
+		png    []byte
+		height int64
+	)
+	run(t, bctx, 60*time.Second,
+		chromedp.EmulateViewport(int64(width), 900),
+		chromedp.Navigate(e.url),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Poll(`document.querySelectorAll('article.task').length === 8`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Evaluate(`document.documentElement.scrollHeight`, &height))
+	// The whole page in the viewport (rows off screen are not painted), at twice the pixels.
+	run(t, bctx, 60*time.Second,
+		chromedp.EmulateViewport(int64(width), height, chromedp.EmulateScale(2)),
+		chromedp.Sleep(1200*time.Millisecond), // durations tick once
+		chromedp.CaptureScreenshot(&png))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("saved %s (%d bytes)", path, len(png))
+}
+
+func newSession(t *testing.T, c opencode.Client, title string) string {
+	t.Helper()
+	s, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: title})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ID
+}
+
+// demoScript answers the screenshot's tasks by the tag in their prompt: a few tool calls,
+// then a plausible reply; the running ones keep a long command going.
+func demoScript(r *opencodetest.Request) (opencodetest.Reply, bool) {
+	_, text := r.LastUser()
+	done := len(r.ToolResultsSinceUser())
+	steps := func(calls []opencodetest.Reply, reply string) (opencodetest.Reply, bool) {
+		if done < len(calls) {
+			return calls[done], true
+		}
+		return opencodetest.Text(reply), true
+	}
+	switch {
+	case strings.Contains(text, "[todo]"):
+		return steps([]opencodetest.Reply{
+			opencodetest.CallTool("grep", `{"pattern":"TODO"}`),
+			opencodetest.CallTool("read", `{"filePath":"manager.go"}`),
+			opencodetest.Bash("sleep 2 && echo checked"),
+		}, "Found 3 TODO comments in the files we looked at:\n"+
+			"- manager.go:412 — retry the abort once when the server answers 5xx\n"+
+			"- fork/pipeline.go:88 — keep the newest tool result whole even past the budget\n"+
+			"- notify.go:151 — make the horizon configurable per parent")
+	case strings.Contains(text, "[api]"):
+		return steps([]opencodetest.Reply{
+			opencodetest.CallTool("glob", `{"pattern":"*.go"}`),
+			opencodetest.CallTool("read", `{"filePath":"doc.go"}`),
+			opencodetest.Bash("sleep 3 && go doc ."),
+			opencodetest.CallTool("read", `{"filePath":"manager.go"}`),
+		}, "The root package exports Manager (Launch, Output, Resume, Cancel, List, Clear, Subscribe), "+
+			"Task and its Status, the options With… and the five LLM tools returned by Tools.")
+	case strings.Contains(text, "[fail]"):
+		return opencodetest.Fail(400), true
+	case strings.Contains(text, "[slow]"):
+		return steps([]opencodetest.Reply{opencodetest.Bash("sleep 120")}, "done")
+	case strings.Contains(text, "[tests]"):
+		return steps([]opencodetest.Reply{
+			opencodetest.CallTool("glob", `{"pattern":"**/*_test.go"}`),
+			opencodetest.Bash("echo ok"),
+			opencodetest.CallTool("read", `{"filePath":"go.mod"}`),
+			opencodetest.Bash("sleep 300"),
+		}, "done")
+	case strings.Contains(text, "[lint]"):
+		return steps([]opencodetest.Reply{
+			opencodetest.Bash("echo vet"),
+			opencodetest.CallTool("grep", `{"pattern":"nolint"}`),
+			opencodetest.Bash("sleep 300"),
+		}, "done")
+	case strings.Contains(text, "[bench]"):
+		return steps([]opencodetest.Reply{
+			opencodetest.CallTool("list", `{"path":"."}`),
+			opencodetest.Bash("echo bench"),
+			opencodetest.Bash("sleep 300"),
+		}, "done")
+	}
+	return opencodetest.Reply{}, false
+}

@@ -1,0 +1,96 @@
+// Package dashboard is a live status API and page for the tasks of an
+// [asyncagents.Manager]: an [http.Handler] that a host mounts on its own server.
+//
+//	h, err := dashboard.New(m, dashboard.WithToken(token))
+//	defer h.Close()
+//	mux.Handle("/tasks/", http.StripPrefix("/tasks", h)) // or serve h at the root
+//	// open http://127.0.0.1:PORT/tasks/?token=TOKEN
+//
+// The page and the API use relative URLs, so the handler works under any prefix, as long
+// as the page is opened at the prefix with its trailing slash.
+//
+// # Routes
+//
+//	GET  /                        the page: one self-contained HTML file, live through /api/events
+//	GET  /api/tasks               {"tasks": [task, …]}: every task of the Manager, in the order
+//	                              of Manager.ListAll; ?parent=<session id> and ?status=<status>
+//	                              filter
+//	GET  /api/tasks/{id}          one task; {id} is its full id or the id without "ses_"
+//	POST /api/tasks/{id}/cancel   cancels a queued, running or resumed task for its parent
+//	                              session (Manager.Cancel); answers the task
+//	GET  /api/events              server-sent events, see below
+//
+// Errors are JSON, {"error": "<a short message>"}, with the status: 400 for a malformed id,
+// parent or status; 401 for a missing or wrong token (with WWW-Authenticate: Bearer); 403
+// for a cancel of a read-only handler ([WithReadOnly]) or a cross-origin POST
+// ([http.CrossOriginProtection]); 404 for an unknown task or route; 405 for a wrong
+// method (with Allow); 409 for a cancel of a task that is not queued, running or resumed;
+// 502 when the OpenCode server failed the cancel; 503 when the Manager or the handler
+// is closed.
+//
+// # Task fields
+//
+// A task is the JSON form of [asyncagents.Task] — its json tags are the field names, and
+// they are stable — plus two fields the Manager computes for the copies it returns:
+//
+//	id, parentSessionID, parentMessageID, parentAgent, directory, description, prompt,
+//	agent, model ("providerID/modelID"), status (queued, running, resumed, completed, error,
+//	cancelled), started, completed, retrieved (RFC 3339 times; the last two absent while
+//	zero), result, error, batchID, resumeCount, followUps, forked, depth,
+//	deadline (nanoseconds; absent without one),
+//	progress {toolCalls, tools {name: calls}, lastTools [≤ 3 names, oldest first], updated},
+//	forkStats {original_messages, final_messages, compaction_detected, compaction_index,
+//	tier1, tier2, tier3, truncated_results, head_tail_applied, removed_messages,
+//	total_chars, budget_clipped} (forked tasks only; see fork.Stats),
+//	permission {id, permission, patterns} (while the session waits for an answer),
+//	notifications [{key, state (pending, delivered, failed), visible, hidden, messageID,
+//	attempts, created, next, delivered, error}] (see asyncagents.Notification),
+//	displayID (the shortest unique prefix of id among the parent's tasks),
+//	queuePosition (from 1, while queued; absent otherwise).
+//
+// Fields with omitempty or omitzero tags are absent when empty.
+//
+// # Events
+//
+// GET /api/events is a stream of server-sent events (text/event-stream). Each event has an
+// id, "<epoch>-<n>": the epoch names the handler's current subscription to the Manager and
+// n counts its changes. There are two events:
+//
+//	event: snapshot   data: {"time": <the server's clock>, "readOnly": bool, "tasks": [task, …]}
+//	event: change     data: {"seq": <the Manager's change number>, "task": task, "removed": true?}
+//
+// A stream starts with a snapshot, then sends one change per change of a task (a new task,
+// a status, a counted tool call, a permission request or answer, a follow-up, a
+// notification's progress, a removal), in order and without gaps; a removal carries the
+// task as it was. A client that reconnects with the id of the last event it got
+// (the Last-Event-ID header, which browsers send by themselves, or ?lastEventId=) gets the
+// changes it missed and nothing else, as long as the handler still holds them
+// ([WithHistory]); when it does not, or the id is of another epoch (the host restarted,
+// or the handler fell behind the Manager and subscribed again), it gets a snapshot first.
+// A client applies a snapshot by replacing its tasks and a change by replacing or removing
+// one task. Comment lines (": heartbeat") come when the stream is otherwise idle
+// ([WithHeartbeat]).
+//
+// Fields computed by the Manager (displayID, queuePosition) are as of the task's last
+// change: the queue position of a task whose predecessor started is not sent again.
+//
+// # Authentication
+//
+// With [WithToken], every route but the page needs the token, as "Authorization: Bearer
+// <token>" or as the cookie the page sets: open the page once as "/?token=<token>" and the
+// handler sets an HttpOnly, SameSite=Strict cookie (named after the port, holding a hash of
+// the token) and redirects to the page without the token in its address. [WithMiddleware]
+// wraps the whole handler for authentication by the host instead, or as well. Without
+// either, anyone who can reach the handler can read the tasks and cancel them: serve it on
+// a loopback address only. POST requests from another origin are refused in every mode.
+//
+// # Goroutines
+//
+// A Handler is safe for concurrent use. It owns one goroutine, which reads the Manager's
+// changes ([asyncagents.Manager.Subscribe]) into a bounded history; each event stream is
+// served on its request's goroutine and reads that history, so the Manager never waits for
+// the handler and the handler never waits for a client: a client that falls behind by
+// more than the history gets a snapshot, one that stops reading is cut off when a write
+// times out. [Handler.Close] stops the goroutine and ends the streams. When the Manager
+// is closed the streams end and the API answers 503.
+package dashboard
