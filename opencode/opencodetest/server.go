@@ -63,6 +63,8 @@ type serverConfig struct {
 	model        *Model
 	config       map[string]any
 	files        map[string]string
+	mcp          map[string]opencode.MCPConfig
+	plugins      bool
 	startTimeout time.Duration
 	root         string
 }
@@ -97,6 +99,37 @@ func WithFiles(files map[string]string) ServerOption {
 	})
 }
 
+// WithPlugins starts the server with external plugins on — without --pure, which every other
+// server of this package gets — and writes files (file name → JavaScript source) into the
+// project's .opencode/plugin/ folder, where OpenCode loads them from (an ES module with a
+// named export `async (ctx) => hooks`; a plugin without imports needs no npm package).
+//
+// With plugins on, OpenCode runs `npm install @opencode-ai/plugin` in the background for
+// each of its config folders (the project's .opencode and $XDG_CONFIG_HOME/opencode), and
+// plugin loading waits for it: offline, npm gives up only after its retries, and the first
+// request to the project's instance waits about 70 s (online, the package would be
+// downloaded). So the server gets both folders seeded with an empty node_modules and a
+// package-lock.json that lists the package, which OpenCode takes as installed: no install
+// is attempted and no network is used. The server also runs with npm_config_offline=true
+// and npm_config_fetch_retries=0, which alone make an install fail at once, in case one
+// starts all the same. The first prompt then takes about as long as under --pure.
+func WithPlugins(files map[string]string) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) {
+		c.plugins = true
+		for name, src := range files {
+			c.files[".opencode/plugin/"+name] = src
+		}
+	})
+}
+
+// WithMCP adds an MCP server to the project's opencode.json ("mcp": {name: cfg}); repeat it
+// for more. A remote server that does not answer when the instance starts is "failed" until
+// opencode.HTTPClient.ConnectMCP connects it. To add one to a running server, use
+// opencode.HTTPClient.AddMCP.
+func WithMCP(name string, cfg opencode.MCPConfig) ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.mcp[name] = cfg })
+}
+
 // WithStartTimeout bounds how long NewServer waits for the server to answer. Defaults to 60s.
 func WithStartTimeout(d time.Duration) ServerOption {
 	return serverOptionFunc(func(c *serverConfig) { c.startTimeout = d })
@@ -123,6 +156,7 @@ type Server struct {
 	Version string
 
 	password     string
+	plugins      bool // without --pure, see WithPlugins
 	ownModel     bool
 	ownRoot      string
 	bin          string
@@ -145,7 +179,8 @@ var listenLine = regexp.MustCompile(`listening on (http://[0-9.:\[\]a-z]+)`)
 // [ErrNoBinary] (wrapped) when the binary is missing. On Unix the server and its children run
 // in their own process group, which Close signals.
 func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err error) {
-	cfg := &serverConfig{config: map[string]any{}, files: map[string]string{}, startTimeout: 60 * time.Second}
+	cfg := &serverConfig{config: map[string]any{}, files: map[string]string{}, mcp: map[string]opencode.MCPConfig{},
+		startTimeout: 60 * time.Second}
 	for _, o := range opts {
 		o.applyServer(cfg)
 	}
@@ -153,7 +188,8 @@ func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err erro
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Model: cfg.model, password: cfg.password, bin: bin, startTimeout: cfg.startTimeout, logs: &logBuffer{}}
+	s := &Server{Model: cfg.model, password: cfg.password, plugins: cfg.plugins, bin: bin, startTimeout: cfg.startTimeout,
+		logs: &logBuffer{}}
 	if s.Model == nil {
 		s.Model, s.ownModel = NewModel(), true
 	}
@@ -200,7 +236,11 @@ func (s *Server) launch(ctx context.Context, port int) error {
 		}
 		port = p
 	}
-	cmd := exec.Command(s.bin, "serve", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--print-logs", "--pure")
+	args := []string{"serve", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--print-logs"}
+	if !s.plugins {
+		args = append(args, "--pure")
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Directory
 	cmd.Env = s.environ()
 	mark := s.logs.Len() // the listen line of this process comes after what earlier ones printed
@@ -365,12 +405,31 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 	for k, v := range cfg.config {
 		conf[k] = v
 	}
+	if len(cfg.mcp) > 0 {
+		servers := map[string]any{}
+		if m, ok := conf["mcp"].(map[string]any); ok { // from WithConfig
+			for k, v := range m {
+				servers[k] = v
+			}
+		}
+		for k, v := range cfg.mcp {
+			servers[k] = v
+		}
+		conf["mcp"] = servers
+	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(s.Directory, "opencode.json"), b, 0o644); err != nil {
 		return err
+	}
+	if cfg.plugins {
+		for _, dir := range []string{filepath.Join(s.Directory, ".opencode"), filepath.Join(s.Home, ".config", "opencode")} {
+			if err := seedPluginDependency(dir); err != nil {
+				return err
+			}
+		}
 	}
 	for name, content := range cfg.files {
 		p := filepath.Join(s.Directory, filepath.FromSlash(name))
@@ -411,7 +470,44 @@ func (s *Server) environ() []string {
 	if s.password != "" {
 		env = append(env, "OPENCODE_SERVER_PASSWORD="+s.password)
 	}
+	if s.plugins {
+		env = append(env, "npm_config_offline=true", "npm_config_fetch_retries=0")
+	}
 	return env
+}
+
+// pluginPackage is the package OpenCode installs into each config folder when plugins are on.
+const pluginPackage = "@opencode-ai/plugin"
+
+// seedPluginDependency makes a config folder look as if OpenCode had installed its plugin
+// package there already: a package.json that depends on it, a package-lock.json whose root
+// package lists it, and a node_modules folder. OpenCode 1.18.33 skips the install when
+// node_modules exists and the lock's root package has every dependency. Files that exist
+// are left as they are.
+func seedPluginDependency(dir string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "node_modules"), 0o755); err != nil {
+		return err
+	}
+	deps := map[string]string{pluginPackage: "*"}
+	files := map[string]any{
+		"package.json": map[string]any{"dependencies": deps},
+		"package-lock.json": map[string]any{"name": filepath.Base(dir), "lockfileVersion": 3, "requires": true,
+			"packages": map[string]any{"": map[string]any{"dependencies": deps}}},
+	}
+	for name, v := range files {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Client returns an HTTP client for the server, with its credentials and scoped to its

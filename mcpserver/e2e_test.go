@@ -1,0 +1,635 @@
+package mcpserver_test
+
+// End-to-end tests: a real `opencode serve` is the MCP client. A parent session's scripted
+// model calls the asyncagents tools through OpenCode → MCP → the bridge → the Manager.
+// Two fixtures, each a server with its own Manager and bridge: "plugin" (plugins on, the
+// companion plugin installed, the bridge registered in opencode.json) and "lookup"
+// (--pure, so no plugin; the bridge registered at run time with POST /mcp and told to use
+// the lookup only).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/mcpserver"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+const (
+	modePlugin = "plugin"
+	modeLookup = "lookup"
+)
+
+// fixture is an OpenCode server whose project has the bridge as MCP server "asyncagents".
+type fixture struct {
+	mode    string
+	srv     *opencodetest.Server
+	client  *opencode.HTTPClient
+	m       *asyncagents.Manager
+	bridge  *mcpserver.Server
+	http    *httptest.Server
+	logs    *records
+	scripts sync.Map // test key → opencodetest.ScriptFunc for the parent sessions of that test
+}
+
+var fixtures = struct {
+	mu   sync.Mutex
+	once map[string]*sync.Once
+	f    map[string]*fixture
+	err  map[string]error
+}{once: map[string]*sync.Once{}, f: map[string]*fixture{}, err: map[string]error{}}
+
+func closeFixtures() {
+	fixtures.mu.Lock()
+	defer fixtures.mu.Unlock()
+	for _, f := range fixtures.f {
+		f.close()
+	}
+}
+
+// getFixture returns the fixture of mode, starting it on first use. It skips the test
+// without an OpenCode binary, except under CI=true.
+func getFixture(t *testing.T, mode string) *fixture {
+	t.Helper()
+	fixtures.mu.Lock()
+	once := fixtures.once[mode]
+	if once == nil {
+		once = &sync.Once{}
+		fixtures.once[mode] = once
+	}
+	fixtures.mu.Unlock()
+	once.Do(func() {
+		f, err := startFixture(mode)
+		fixtures.mu.Lock()
+		defer fixtures.mu.Unlock()
+		if f != nil {
+			fixtures.f[mode] = f
+		}
+		fixtures.err[mode] = err
+	})
+	fixtures.mu.Lock()
+	f, err := fixtures.f[mode], fixtures.err[mode]
+	fixtures.mu.Unlock()
+	if err != nil {
+		if strings.Contains(err.Error(), "binary not found") && !isCI() {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	return f
+}
+
+// lateHandler serves the bridge once it is set, 503 before.
+type lateHandler struct {
+	h atomic.Pointer[mcpserver.Server]
+}
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := l.h.Load(); h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
+	http.Error(w, "not yet", http.StatusServiceUnavailable)
+}
+
+func startFixture(mode string) (f *fixture, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	f = &fixture{mode: mode, logs: &records{}}
+	defer func() {
+		if err != nil {
+			f.close()
+			f = nil
+		}
+	}()
+	late := &lateHandler{}
+	f.http = httptest.NewServer(late)
+	token := randomHex(16)
+	remote := mcpserver.RemoteConfig(f.http.URL, token)
+	var opts []opencodetest.ServerOption
+	bridgeOpts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(slog.New(f.logs))}
+	if mode == modePlugin {
+		// B-3: the generated plugin, loaded by a server with plugins on; the bridge in the
+		// project's opencode.json.
+		opts = append(opts, opencodetest.WithPlugins(map[string]string{"asyncagents.js": mcpserver.Plugin(asyncagents.DefaultToolPrefix)}),
+			opencodetest.WithMCP(asyncagents.DefaultToolPrefix, remote))
+	} else {
+		bridgeOpts = append(bridgeOpts, mcpserver.WithCallerModes(mcpserver.CallerFromLookup), mcpserver.WithLookupWait(time.Second))
+	}
+	if f.srv, err = opencodetest.NewServer(ctx, opts...); err != nil {
+		return f, err
+	}
+	f.srv.Model.SetScript(f.script)
+	f.client = f.srv.Client()
+	if f.m, err = asyncagents.New(f.client, asyncagents.WithPollInterval(500*time.Millisecond)); err != nil {
+		return f, err
+	}
+	if f.bridge, err = mcpserver.New(f.m, f.client, append(bridgeOpts, mcpserver.WithDirectories(f.srv.Directory))...); err != nil {
+		return f, err
+	}
+	late.h.Store(f.bridge)
+	if mode == modePlugin {
+		// The instance may have tried the bridge before it was served: connect it again.
+		st, err := f.client.MCPStatus(ctx, "")
+		if err != nil {
+			return f, err
+		}
+		if st[asyncagents.DefaultToolPrefix].Status != opencode.MCPConnected {
+			if err := f.client.ConnectMCP(ctx, "", asyncagents.DefaultToolPrefix); err != nil {
+				return f, err
+			}
+		}
+	} else if _, err := f.client.AddMCP(ctx, "", asyncagents.DefaultToolPrefix, remote); err != nil {
+		return f, err
+	}
+	st, err := f.client.MCPStatus(ctx, "")
+	if err != nil {
+		return f, err
+	}
+	if s := st[asyncagents.DefaultToolPrefix]; s.Status != opencode.MCPConnected {
+		return f, fmt.Errorf("MCP server %s: %+v\n%s", asyncagents.DefaultToolPrefix, s, f.srv.Logs())
+	}
+	return f, nil
+}
+
+func (f *fixture) close() {
+	if f.bridge != nil {
+		_ = f.bridge.Close()
+	}
+	if f.m != nil {
+		_ = f.m.Close(context.Background())
+	}
+	if f.srv != nil {
+		f.srv.Close()
+	}
+	f.http.Close()
+}
+
+func isCI() bool { return os.Getenv("CI") == "true" }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var keys atomic.Int64
+
+// newKey returns a marker unique to a test: "[[e2e-N-hex]]".
+func newKey() string { return fmt.Sprintf("[[e2e-%d-%s]]", keys.Add(1), randomHex(3)) }
+
+var keyRe = regexp.MustCompile(`\[\[e2e-[0-9]+-[0-9a-f]+\]\]`)
+
+// script routes the model's chat requests of parent sessions — those offered the bridge's
+// tools — by the key in their first user message; everything else follows the directives.
+func (f *fixture) script(r *opencodetest.Request) (opencodetest.Reply, bool) {
+	if !offered(r, "asyncagents_task") {
+		return opencodetest.Reply{}, false
+	}
+	for _, m := range r.Messages {
+		if m.Role != "user" {
+			continue
+		}
+		if fn, ok := f.scripts.Load(keyRe.FindString(m.Content)); ok {
+			return fn.(opencodetest.ScriptFunc)(r)
+		}
+		break
+	}
+	return opencodetest.Reply{}, false
+}
+
+func offered(r *opencodetest.Request, tool string) bool {
+	for _, name := range r.Tools {
+		if name == tool {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *fixture) setScript(t *testing.T, key string, fn opencodetest.ScriptFunc) {
+	f.scripts.Store(key, fn)
+	t.Cleanup(func() { f.scripts.Delete(key) })
+}
+
+func (f *fixture) newParent(t *testing.T) string {
+	t.Helper()
+	s, err := f.client.CreateSession(ctxT(t, 30*time.Second), opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ID
+}
+
+func (f *fixture) prompt(t *testing.T, sid, text string) {
+	t.Helper()
+	if err := f.client.PromptAsync(ctxT(t, 30*time.Second), sid, opencode.PromptRequest{
+		Parts: []opencode.TextPartInput{opencode.NewText(text)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReply waits until an assistant message of sid finished with text containing want,
+// and returns the session's messages.
+func (f *fixture) waitReply(t *testing.T, sid, want string, d time.Duration) []opencode.Message {
+	t.Helper()
+	var msgs []opencode.Message
+	ok := testmain.Eventually(d, func() bool {
+		var err error
+		if msgs, err = f.client.Messages(context.Background(), sid, 0); err != nil || len(msgs) == 0 {
+			return false
+		}
+		for _, m := range msgs {
+			if m.Info.Role == opencode.RoleAssistant && m.Info.Finish == "stop" && strings.Contains(partsText(m), want) {
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("session %s: no reply %q within %v; messages:\n%s\nserver log tail:\n%s", sid, want, d, dump(msgs), tail(f.srv.Logs(), 3000))
+	}
+	return msgs
+}
+
+func partsText(m opencode.Message) string {
+	var b strings.Builder
+	for _, p := range m.Parts {
+		if p.Type == opencode.PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+func dump(msgs []opencode.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "%s %s %s finish=%q: %q", m.Info.ID, m.Info.Role, m.Info.Agent, m.Info.Finish, partsText(m))
+		for _, p := range m.Parts {
+			if p.Type == opencode.PartTool && p.State != nil {
+				fmt.Fprintf(&b, " [%s %s %s out=%q err=%q]", p.Tool, p.State.Status, p.State.Input, tail(p.State.Output, 200), p.State.Error)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// toolParts returns the tool parts of msgs named tool, oldest first, with their messages.
+func toolParts(msgs []opencode.Message, tool string) ([]opencode.Part, []opencode.MessageInfo) {
+	var parts []opencode.Part
+	var infos []opencode.MessageInfo
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if p.Type == opencode.PartTool && p.Tool == tool {
+				parts = append(parts, p)
+				infos = append(infos, m.Info)
+			}
+		}
+	}
+	return parts, infos
+}
+
+// callers returns the callers the bridge resolved for session sid, as logged.
+func (f *fixture) callers(sid string) []map[string]string {
+	var out []map[string]string
+	for _, c := range f.logs.find("mcpserver: caller") {
+		if c["session"] == sid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+var launchedRe = regexp.MustCompile(`Background task launched: (ses_[0-9A-Za-z]+)`)
+
+// launchedID returns the task id of the launch reply among the request's tool results.
+func launchedID(r *opencodetest.Request) string {
+	for _, m := range r.Messages {
+		if m.Role == "tool" {
+			if sm := launchedRe.FindStringSubmatch(m.Content); sm != nil {
+				return sm[1]
+			}
+		}
+	}
+	return ""
+}
+
+// B-1, B-3, T-4, T-9, T-13, T-17, N-1, L: the parent's model launches a task through
+// OpenCode and the bridge; the child runs without the bridge's tools; the notification
+// arrives; the model reads the output and the list. The Manager records the parent's real
+// session, message and agent, found by the plugin (plugin fixture) or the lookup.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{modePlugin, modeLookup} {
+		for _, fork := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fork=%t", mode, fork), func(t *testing.T) {
+				t.Parallel()
+				testEndToEnd(t, getFixture(t, mode), fork)
+			})
+		}
+	}
+}
+
+func testEndToEnd(t *testing.T, f *fixture, fork bool) {
+	key := newKey()
+	secret := "PARENT_SECRET=" + randomHex(6)
+	childPrompt := "child of " + key + " says hello"
+	if fork {
+		childPrompt = "forked child of " + key + "\nQUOTE:PARENT_SECRET="
+	}
+	taskArgs, _ := json.Marshal(map[string]any{"description": "e2e " + key, "prompt": childPrompt, "agent": "general", "fork": fork})
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		results := r.ToolResultsSinceUser()
+		switch {
+		case strings.Contains(last, "launch it"):
+			if len(results) == 0 {
+				return opencodetest.CallTool("asyncagents_task", string(taskArgs)), true
+			}
+			return opencodetest.Text("launched"), true
+		case strings.Contains(last, "finished in"): // the notification (N-1)
+			switch {
+			case len(results) == 0:
+				return opencodetest.CallTool("asyncagents_output", fmt.Sprintf(`{"task_id":%q}`, launchedID(r))), true
+			case len(results) == 1,
+				// Refused because another test's parent made the same call at the same
+				// moment (lookup): call again, as the error asks.
+				len(results) < 6 && strings.Contains(results[len(results)-1], mcpserver.ErrAmbiguousCaller.Error()):
+				return opencodetest.CallTool("asyncagents_list", `{"status":"completed"}`), true
+			}
+			return opencodetest.Text("seen both"), true
+		}
+		return opencodetest.Reply{}, false // RUN:
+	})
+	parent := f.newParent(t)
+	f.prompt(t, parent, key+" RUN:echo "+secret)
+	f.waitReply(t, parent, secret, 60*time.Second)
+	f.prompt(t, parent, key+" launch it")
+	msgs := f.waitReply(t, parent, "seen both", 90*time.Second)
+
+	// The Manager's record of the caller is the parent's real one: the message holding the
+	// asyncagents_task part, and that message's agent.
+	taskParts, infos := toolParts(msgs, "asyncagents_task")
+	if len(taskParts) != 1 || taskParts[0].State.Status != opencode.ToolCompleted {
+		t.Fatalf("task parts:\n%s", dump(msgs))
+	}
+	tasks, err := f.m.List(asyncagents.Caller{SessionID: parent}, "")
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("List = %v, %v", tasks, err)
+	}
+	tk := tasks[0]
+	if tk.ParentSessionID != parent || tk.ParentMessageID != taskParts[0].MessageID || tk.ParentAgent != infos[0].Agent ||
+		infos[0].Agent != "build" || tk.Forked != fork || tk.Status != asyncagents.StatusCompleted {
+		t.Fatalf("task %+v; the call was in message %s of agent %s", tk, taskParts[0].MessageID, infos[0].Agent)
+	}
+	// How the caller was found: every call of this parent by the fixture's mode.
+	got := f.callers(parent)
+	if len(got) != 3 {
+		t.Fatalf("callers of %s: %v", parent, got)
+	}
+	for _, c := range got {
+		if c["mode"] != f.mode || c["message"] == "" || c["agent"] != "build" {
+			t.Fatalf("caller %v, want mode %s", c, f.mode)
+		}
+	}
+	if f.mode == modePlugin { // the plugin wrote _caller into the stored input
+		var in struct {
+			Caller struct{ SessionID, CallID string } `json:"_caller"`
+		}
+		_ = json.Unmarshal(taskParts[0].State.Input, &in)
+		if in.Caller.SessionID != parent || in.Caller.CallID != taskParts[0].CallID {
+			t.Fatalf("task input %s", taskParts[0].State.Input)
+		}
+	}
+
+	// The model saw the output (the child's reply) and the list (the task, completed).
+	wantResult := "reply to " + childPrompt
+	if fork {
+		wantResult = secret // quoted from the inherited context
+	}
+	var final *opencodetest.Request
+	var child []opencodetest.Request
+	for _, r := range f.srv.Model.Requests() {
+		_, last := r.LastUser()
+		switch {
+		case r.Kind != opencodetest.KindChat:
+		case strings.Contains(last, childPrompt):
+			child = append(child, r)
+		case r.Contains(key) && strings.Contains(last, "finished in"):
+			if final == nil || len(r.ToolResultsSinceUser()) > len(final.ToolResultsSinceUser()) {
+				final = &r
+			}
+		}
+	}
+	if final == nil || len(final.ToolResultsSinceUser()) < 2 || len(child) == 0 {
+		t.Fatalf("model requests: final %v, child %d", final, len(child))
+	}
+	res := final.ToolResultsSinceUser()
+	if !strings.Contains(res[0], wantResult) || !strings.Contains(res[0], "completed") {
+		t.Fatalf("output seen by the model:\n%s\nwant %q", res[0], wantResult)
+	}
+	if list := res[len(res)-1]; !strings.Contains(list, tk.DisplayID) || !strings.Contains(list, "e2e "+key) {
+		t.Fatalf("list seen by the model:\n%s\nwant %s", list, tk.DisplayID)
+	}
+	if len(res) > 2 {
+		t.Logf("the list call was refused as ambiguous %d time(s), then answered", len(res)-2)
+	}
+	// T-17: the child was not offered the bridge's tools; the parent was offered all five.
+	for _, r := range child {
+		for _, name := range r.Tools {
+			if strings.HasPrefix(name, "asyncagents_") {
+				t.Fatalf("the child was offered %s: %v", name, r.Tools)
+			}
+		}
+	}
+	for _, name := range []string{"asyncagents_task", "asyncagents_output", "asyncagents_cancel", "asyncagents_list", "asyncagents_clear"} {
+		if !offered(final, name) {
+			t.Fatalf("the parent was not offered %s: %v", name, final.Tools)
+		}
+	}
+}
+
+// B-1: two parents call asyncagents_list {} at the same moment, round after round. With
+// the plugin every call gets its own caller; the lookup answers the right caller or
+// refuses (ErrAmbiguousCaller), and is never wrong.
+func TestConcurrentIdenticalCalls(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{modePlugin, modeLookup} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testConcurrentIdenticalCalls(t, getFixture(t, mode))
+		})
+	}
+}
+
+const rounds = 8
+
+func testConcurrentIdenticalCalls(t *testing.T, f *fixture) {
+	key := newKey()
+	// Each parent owns a task whose description names it, so a list shows whose it is.
+	parents := [2]string{f.newParent(t), f.newParent(t)}
+	for i, p := range parents {
+		caller := asyncagents.Caller{SessionID: p, Agent: "build"}
+		if _, err := f.m.Launch(ctxT(t, 30*time.Second), asyncagents.LaunchInput{Caller: caller, Agent: "general",
+			Description: fmt.Sprintf("owned by parent %d %s", i, key), Prompt: "SLEEP:600"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = f.m.Clear(context.Background(), caller) })
+	}
+	// The model holds both parents' requests of a round until both are there, then both
+	// call the tool at once.
+	var mu sync.Mutex
+	arrived := map[string]chan struct{}{}
+	counts := map[string]int{}
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		i := strings.LastIndex(last, "round ")
+		if i < 0 {
+			return opencodetest.Text("ok"), true // a notification
+		}
+		round := strings.TrimSpace(last[i:])
+		if len(r.ToolResultsSinceUser()) > 0 {
+			return opencodetest.Text("done " + round), true
+		}
+		mu.Lock()
+		ch := arrived[round]
+		if ch == nil {
+			ch = make(chan struct{})
+			arrived[round] = ch
+		}
+		if counts[round]++; counts[round] == 2 {
+			close(ch)
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+		}
+		return opencodetest.CallTool("asyncagents_list", `{}`), true
+	})
+	right, refused := 0, 0
+	for n := range rounds {
+		round := fmt.Sprintf("round %d", n)
+		for _, p := range parents {
+			f.prompt(t, p, key+" "+round)
+		}
+		for i, p := range parents {
+			msgs := f.waitReply(t, p, "done "+round, 60*time.Second)
+			parts, _ := toolParts(msgs, "asyncagents_list")
+			part := parts[len(parts)-1]
+			own, other := fmt.Sprintf("owned by parent %d %s", i, key), fmt.Sprintf("owned by parent %d %s", 1-i, key)
+			switch st := part.State; {
+			case st.Status == opencode.ToolCompleted && strings.Contains(st.Output, own) && !strings.Contains(st.Output, other):
+				right++
+			case st.Status == opencode.ToolError && strings.Contains(st.Error, mcpserver.ErrAmbiguousCaller.Error()):
+				refused++
+			default:
+				t.Fatalf("%s, parent %d: WRONG or unexpected answer: %s %q %q", round, i, st.Status, st.Output, st.Error)
+			}
+		}
+	}
+	t.Logf("%s: %d calls (%d rounds × 2 parents at once): %d right, %d refused as ambiguous, 0 wrong",
+		f.mode, 2*rounds, rounds, right, refused)
+	if f.mode == modePlugin && right != 2*rounds {
+		t.Fatalf("plugin: %d of %d right", right, 2*rounds)
+	}
+}
+
+// B-1: identical calls made in parallel within one step of one session (two tool calls
+// in one model reply) share the caller.
+func TestParallelCallsOfOneSession(t *testing.T) {
+	t.Parallel()
+	f := getFixture(t, modeLookup)
+	key := newKey()
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		if len(r.ToolResultsSinceUser()) == 0 {
+			return opencodetest.Reply{ToolCalls: []opencodetest.ToolCall{
+				{Name: "asyncagents_list", Arguments: `{"status":"running"}`},
+				{Name: "asyncagents_list", Arguments: `{"status":"running"}`}}}, true
+		}
+		return opencodetest.Text("both listed"), true
+	})
+	parent := f.newParent(t)
+	f.prompt(t, parent, key+" list twice")
+	msgs := f.waitReply(t, parent, "both listed", 60*time.Second)
+	parts, _ := toolParts(msgs, "asyncagents_list")
+	if len(parts) != 2 {
+		t.Fatalf("list parts:\n%s", dump(msgs))
+	}
+	for _, p := range parts {
+		if p.State.Status != opencode.ToolCompleted || !strings.Contains(p.State.Output, "No background tasks found") {
+			t.Fatalf("list part: %s %q %q", p.State.Status, p.State.Output, p.State.Error)
+		}
+	}
+	got := f.callers(parent)
+	if len(got) != 2 || got[0]["callID"] == got[1]["callID"] {
+		t.Fatalf("callers: %v", got)
+	}
+	for i, c := range got {
+		if c["message"] != parts[0].MessageID || (c["callID"] != parts[0].CallID && c["callID"] != parts[1].CallID) {
+			t.Fatalf("caller %d: %v; parts %s/%s in %s", i, c, parts[0].CallID, parts[1].CallID, parts[0].MessageID)
+		}
+	}
+}
+
+// B-2: a blocking asyncagents_output that waits longer than OpenCode's 60 s MCP timeout
+// completes, because the bridge's progress notifications restart the timeout.
+func TestBlockingOutputOutlivesTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 75 s")
+	}
+	t.Parallel()
+	f := getFixture(t, modePlugin)
+	key := newKey()
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		results := r.ToolResultsSinceUser()
+		switch {
+		case !strings.Contains(last, "wait long"):
+			return opencodetest.Text("noted"), true // the notification
+		case len(results) == 0:
+			return opencodetest.CallTool("asyncagents_task", `{"description":"slow `+key+`","prompt":"SLEEP:70","agent":"general"}`), true
+		case len(results) == 1:
+			return opencodetest.CallTool("asyncagents_output", fmt.Sprintf(`{"task_id":%q,"block":true,"timeout":200}`, launchedID(r))), true
+		}
+		return opencodetest.Text("waited"), true
+	})
+	parent := f.newParent(t)
+	f.prompt(t, parent, key+" wait long")
+	msgs := f.waitReply(t, parent, "waited", 150*time.Second)
+	parts, _ := toolParts(msgs, "asyncagents_output")
+	if len(parts) != 1 {
+		t.Fatalf("output parts:\n%s", dump(msgs))
+	}
+	st := parts[0].State
+	took := time.Duration(st.Time.End-st.Time.Start) * time.Millisecond
+	if st.Status != opencode.ToolCompleted || !strings.Contains(st.Output, "slept 70") || took < 65*time.Second {
+		t.Fatalf("output after %v: %s %q %q", took, st.Status, st.Output, st.Error)
+	}
+	t.Logf("blocking output completed after %v", took)
+}

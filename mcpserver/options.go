@@ -1,0 +1,159 @@
+package mcpserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of the options of New.
+const (
+	// DefaultKeepalive is how often a running call sends a progress notification: well
+	// inside OpenCode's 60 s MCP timeout, which every notification restarts.
+	DefaultKeepalive = 20 * time.Second
+	// DefaultLookupWait is how long the caller lookup keeps searching when it finds no
+	// running call, or several, before it gives up.
+	DefaultLookupWait = 2 * time.Second
+)
+
+// CallerMode is one way of finding the caller of a tool call: the OpenCode session, message
+// and agent the call is made for. See [Server] for what each one reads.
+type CallerMode int
+
+// The caller modes, in the order the bridge tries them.
+const (
+	// CallerFromMeta takes the session from the call's _meta.sessionID, which OpenCode
+	// sends from version 2 on.
+	CallerFromMeta CallerMode = iota + 1
+	// CallerFromPlugin takes the {sessionID, callID} the companion plugin (see [Plugin])
+	// adds to the arguments as _caller, and checks it against that session's running tool
+	// part.
+	CallerFromPlugin
+	// CallerFromLookup searches the busy sessions of the known directories for the running
+	// tool part with the call's tool name and arguments.
+	CallerFromLookup
+)
+
+func (m CallerMode) String() string {
+	switch m {
+	case CallerFromMeta:
+		return "meta"
+	case CallerFromPlugin:
+		return "plugin"
+	case CallerFromLookup:
+		return "lookup"
+	}
+	return fmt.Sprintf("CallerMode(%d)", int(m))
+}
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	token      string
+	tokenSet   bool
+	dirs       []string
+	logger     *slog.Logger
+	keepalive  time.Duration
+	lookupWait time.Duration
+	modes      map[CallerMode]bool
+}
+
+func defaultConfig() config {
+	return config{
+		dirs:       []string{""},
+		logger:     slog.New(slog.DiscardHandler),
+		keepalive:  DefaultKeepalive,
+		lookupWait: DefaultLookupWait,
+		modes:      map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+	}
+}
+
+// WithToken makes every request carry the header "Authorization: Bearer <token>"; others
+// are answered 401 Unauthorized. The token is compared in constant time and never logged.
+// Without it the handler authenticates nobody: mount it on a loopback listener only.
+// The token must not be empty.
+func WithToken(token string) Option {
+	return optionFunc(func(c *config) { c.token, c.tokenSet = token, true })
+}
+
+// WithDirectories sets the project directories (OpenCode instances) whose busy sessions
+// the caller lookup searches: GET /session/status is per instance, so a session of a
+// directory not listed is found only by _meta or the plugin. Defaults to the client's own
+// directory (opencode.WithDirectory, else the server's working directory); "" stands for
+// it. At least one.
+func WithDirectories(dirs ...string) Option {
+	return optionFunc(func(c *config) { c.dirs = append([]string(nil), dirs...) })
+}
+
+// WithLogger sets where the bridge logs: resolved callers (debug), refused calls and
+// requests without a valid token (warn), panics (error). It is also the MCP SDK's logger.
+// Defaults to discarding everything; must not be nil.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithKeepalive sets how often a running call sends a progress notification to OpenCode,
+// which restarts its timeout (60 s unless the server's config sets "timeout"), so that a
+// call may run as long as its handler does (a blocking output, up to 600 s). Only calls
+// whose request carries a progress token get them; OpenCode's always do. Defaults to
+// DefaultKeepalive; must be positive.
+func WithKeepalive(every time.Duration) Option {
+	return optionFunc(func(c *config) { c.keepalive = every })
+}
+
+// WithLookupWait sets how long the caller lookup, and the check of a plugin's _caller,
+// keep reading the sessions while they find no running call, or one of several sessions,
+// before the call fails with ErrUnknownCaller or ErrAmbiguousCaller. OpenCode stores a
+// call's running tool part about when it sends the call, not always before. Defaults to
+// DefaultLookupWait; 0 reads once; must not be negative.
+func WithLookupWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.lookupWait = d })
+}
+
+// WithCallerModes sets the ways the caller of a call may be found; the bridge tries them
+// in the fixed order meta, plugin, lookup, whatever the order given, and uses the first
+// that applies. A call whose arguments carry _caller when CallerFromPlugin is off has it
+// removed and ignored. Defaults to all three; at least one.
+func WithCallerModes(modes ...CallerMode) Option {
+	return optionFunc(func(c *config) {
+		c.modes = map[CallerMode]bool{}
+		for _, m := range modes {
+			c.modes[m] = true
+		}
+	})
+}
+
+var errNoMode = errors.New("mcpserver: at least one caller mode")
+
+func (c *config) validate() error {
+	if c.tokenSet && c.token == "" {
+		return errors.New("mcpserver: WithToken: empty token")
+	}
+	if len(c.dirs) == 0 {
+		return errors.New("mcpserver: WithDirectories: no directory")
+	}
+	if c.logger == nil {
+		return errors.New("mcpserver: WithLogger: nil logger")
+	}
+	if c.keepalive <= 0 {
+		return fmt.Errorf("mcpserver: WithKeepalive: %v must be positive", c.keepalive)
+	}
+	if c.lookupWait < 0 {
+		return fmt.Errorf("mcpserver: WithLookupWait: %v must not be negative", c.lookupWait)
+	}
+	if len(c.modes) == 0 {
+		return errNoMode
+	}
+	for m := range c.modes {
+		if m < CallerFromMeta || m > CallerFromLookup {
+			return fmt.Errorf("mcpserver: WithCallerModes: unknown %v", m)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// Errors of a call whose caller cannot be told. The bridge returns them to OpenCode as the
+// call's error result, so the model reads them; each is wrapped with the details.
+var (
+	// ErrUnknownCaller: no running call of the tool with the call's arguments was found
+	// (within the lookup wait), or the _caller argument does not name one.
+	ErrUnknownCaller = errors.New("mcpserver: unknown caller: no running call of this tool with these arguments was found; call the tool again")
+	// ErrAmbiguousCaller: several sessions were making the same call, with the same
+	// arguments, at the same moment, and nothing tells which one this is.
+	ErrAmbiguousCaller = errors.New("mcpserver: ambiguous caller: several sessions made this same call at the same moment; call the tool again")
+	// ErrClosed: the Server was closed.
+	ErrClosed = errors.New("mcpserver: closed")
+)
+
+// Server serves the LLM tools of an asyncagents Manager ([asyncagents.Tools]) to OpenCode
+// as an MCP server over streamable HTTP: it is an [http.Handler] a host mounts, e.g. at
+// /mcp, and registers with OpenCode (see [RemoteConfig]). OpenCode names MCP tools
+// "<server>_<tool>"; registered under the Manager's tool prefix ("asyncagents"), the tools
+// are task, output, cancel, list and clear, so the model sees asyncagents_task …
+// asyncagents_clear, the names the Manager's task sessions are denied.
+//
+// # Callers
+//
+// OpenCode 1.18.33 does not tell an MCP server which session calls. For each call the
+// bridge finds the caller — session, message, agent — in this order (see
+// [WithCallerModes]):
+//
+//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. The message and
+//     agent come from that session's running tool part with the call's tool name and
+//     arguments, when one is found at once; otherwise the agent of its newest assistant
+//     message, and no message.
+//  2. The _caller argument {"sessionID", "callID"} that the companion plugin ([Plugin])
+//     adds. It is checked against the session: its newest messages must show a running
+//     tool part with that call id, the tool's name and the same arguments,
+//     else the call fails with [ErrUnknownCaller] — a model that writes _caller itself
+//     cannot borrow another session. The part's message and that message's agent complete
+//     the caller.
+//  3. A lookup: GET /session/status of each directory ([WithDirectories]), then the newest
+//     messages of each busy session (GET /session/{id}/message?limit=4, and older pages
+//     back to the newest assistant message), for running tool parts named
+//     "<prefix>_<tool>" whose input equals the call's arguments. It first reads 100 ms
+//     after the call arrived, so that the caller's own part, which OpenCode stores about
+//     when it sends the call, is there. Parts that other calls have claimed are skipped.
+//     Parts of one session left: the call claims the first one's call id and runs for that
+//     session (identical calls made in parallel by one session each take one part). None,
+//     or parts of several sessions: the lookup reads again, for up to the lookup wait
+//     ([WithLookupWait]), then fails with [ErrUnknownCaller] or [ErrAmbiguousCaller]. It
+//     never guesses. A claimed call id stays claimed for a minute after its call ended.
+//
+// _caller is removed from the arguments before the tool's handler sees them.
+//
+// # Calls
+//
+// A call runs the tool's handler with the caller and the arguments; the handler's text is
+// the result, and an error becomes a result with isError set and the error's text, which
+// the model reads (the OpenCode tool part ends with status "error"). A panic in a handler
+// is recovered and returned the same way. While a call runs, a progress notification goes
+// to OpenCode every keepalive period ([WithKeepalive]), so that OpenCode's 60 s MCP timeout
+// does not cut a blocking output. When OpenCode cancels the call (the session is aborted,
+// or its own timeout) the handler's context is cancelled.
+//
+// A Server is safe for concurrent use. It owns the goroutines of its calls' keepalives and
+// those of the MCP SDK's sessions; [Server.Close] ends them.
+type Server struct {
+	m      *asyncagents.Manager
+	client opencode.Client
+	cfg    config
+	prefix string
+	tools  map[string]asyncagents.Tool // by the OpenCode tool name, "<prefix>_<tool>"
+	mcp    *mcp.Server
+	http   http.Handler
+	token  [sha256.Size]byte
+	claims claims
+
+	mu       sync.Mutex
+	closed   bool
+	calls    sync.WaitGroup     // calls in progress
+	base     context.Context    // cancelled by Close: ends calls' contexts and keepalives
+	stop     context.CancelFunc // cancels base
+	closeOne sync.Once
+}
+
+// New returns a Server that serves the tools of m and reads the callers' sessions through
+// client, usually the one m was created with. It returns an error for a nil Manager or
+// client, or an invalid option.
+func New(m *asyncagents.Manager, client opencode.Client, opts ...Option) (*Server, error) {
+	if m == nil {
+		return nil, errors.New("mcpserver: nil Manager")
+	}
+	if client == nil {
+		return nil, errors.New("mcpserver: nil client")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{m: m, client: client, cfg: cfg, prefix: m.ToolPrefix(), tools: map[string]asyncagents.Tool{}}
+	s.base, s.stop = context.WithCancel(context.Background())
+	if cfg.tokenSet {
+		s.token = sha256.Sum256([]byte(cfg.token))
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: s.prefix, Title: "asyncagents", Version: moduleVersion()},
+		&mcp.ServerOptions{Logger: cfg.logger, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
+	for _, t := range asyncagents.Tools(m) {
+		s.tools[t.Name] = t
+		s.mcp.AddTool(&mcp.Tool{Name: strings.TrimPrefix(t.Name, s.prefix+"_"), Description: t.Description,
+			InputSchema: t.Parameters}, s.toolHandler(t.Name))
+	}
+	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{Logger: cfg.logger})
+	return s, nil
+}
+
+// moduleVersion is the version of this module in the host's build, "(devel)" when unknown.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+			if d.Path == "github.com/asyncagents/asyncagents" && d.Version != "" {
+				return d.Version
+			}
+		}
+	}
+	return "(devel)"
+}
+
+// ServeHTTP serves MCP's streamable HTTP transport: POST for the client's messages (the
+// answers stream as server-sent events, progress notifications first), GET for the
+// client's event stream, DELETE to end an MCP session. Requests without the bearer token
+// ([WithToken]) get 401, and after [Server.Close] 503. Calls last as long as their
+// handlers, up to the 600 s of a blocking output: mount the handler on an [http.Server]
+// without a WriteTimeout, or a longer one.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, ErrClosed.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if s.cfg.tokenSet && !s.authorized(r) {
+		s.cfg.logger.Warn("mcpserver: request without a valid bearer token", "method", r.Method, "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncagents"`)
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	s.http.ServeHTTP(w, r)
+}
+
+// authorized reports whether r carries the bearer token. Both sides are hashed first, so
+// that the comparison takes the same time whatever the length of the token sent.
+func (s *Server) authorized(r *http.Request) bool {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+// Close ends the calls in progress (their handlers' contexts are cancelled and their
+// keepalives stop), waits for them, and closes the MCP sessions; later requests get 503.
+// It does not close the Manager or the client. It is idempotent and returns nil.
+func (s *Server) Close() error {
+	s.closeOne.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.stop()
+		s.calls.Wait()
+		for ss := range s.mcp.Sessions() {
+			_ = ss.Close()
+		}
+	})
+	return nil
+}
+
+// begin registers a call; it fails after Close.
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.calls.Add(1)
+	return true
+}
+
+// toolHandler is the MCP handler of the tool named name ("<prefix>_<tool>").
+func (s *Server) toolHandler(name string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var (
+			args json.RawMessage
+			meta mcp.Meta
+			tok  any
+		)
+		if req.Params != nil {
+			args, meta, tok = req.Params.Arguments, req.Params.Meta, req.Params.GetProgressToken()
+		}
+		var progress func(ctx context.Context, n int) error
+		if tok != nil && req.Session != nil {
+			progress = func(ctx context.Context, n int) error {
+				return req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok,
+					Progress: float64(n), Message: "running"})
+			}
+		}
+		text, err := s.call(ctx, name, args, meta, progress)
+		if err != nil {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+	}
+}
+
+// call runs one call of the tool named name: it finds the caller, runs the handler and
+// sends progress every keepalive period meanwhile (when progress is not nil). Every failure
+// is an error for the model; a panic is recovered into one.
+func (s *Server) call(ctx context.Context, name string, raw json.RawMessage, meta mcp.Meta,
+	progress func(context.Context, int) error) (text string, err error) {
+	tool, ok := s.tools[name]
+	if !ok {
+		return "", fmt.Errorf("mcpserver: unknown tool %q", name)
+	}
+	if !s.begin() {
+		return "", ErrClosed
+	}
+	defer s.calls.Done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(s.base, func() { cancel(ErrClosed) })()
+
+	if progress != nil {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go s.keepalive(ctx, progress, done, &wg)
+		defer wg.Wait()
+		defer close(done)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			s.cfg.logger.Error("mcpserver: panic in a call", "tool", name, "panic", v, "stack", string(debug.Stack()))
+			text, err = "", fmt.Errorf("mcpserver: internal error in %s: %v", name, v)
+		}
+	}()
+
+	args := parseArgs(raw)
+	caller, release, err := s.resolve(ctx, name, args, meta)
+	if err != nil {
+		s.cfg.logger.Warn("mcpserver: caller not found", "tool", name, "error", err)
+		return "", err
+	}
+	defer release()
+	start := time.Now()
+	text, err = tool.Handler(ctx, caller, args.handler)
+	s.cfg.logger.Debug("mcpserver: call done", "tool", name, "session", caller.SessionID,
+		"duration", time.Since(start), "failed", err != nil, "cause", context.Cause(ctx))
+	return text, err
+}
+
+// keepalive calls progress every keepalive period until done is closed or ctx ends.
+func (s *Server) keepalive(ctx context.Context, progress func(context.Context, int) error, done <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(s.cfg.keepalive)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := progress(ctx, n); err != nil {
+				s.cfg.logger.Debug("mcpserver: progress notification failed", "error", err)
+			}
+		}
+	}
+}
