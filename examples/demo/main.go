@@ -1,7 +1,9 @@
 // Command demo runs the main job of asyncagents on a real OpenCode server: a parent session
-// does tool work in a scratch project, then launches two background tasks through the
-// Manager — one plain, one forked with the parent's context — shows their progress, the
-// list, the parent's notifications and both outputs, and resumes one.
+// does tool work in a scratch project; then the parent's own model, inside OpenCode, calls
+// the asyncagents tools through the MCP bridge (package mcpserver) to launch three
+// background tasks — one plain, one forked with the parent's context, one queued behind a
+// concurrency limit — list them, read their outputs and resume one; the demo shows their
+// progress and the notifications the parent received.
 //
 // By default it starts `opencode serve` (the pinned binary from `make opencode`) with the
 // scripted model of package opencodetest, whose replies follow directives in the prompts
@@ -20,12 +22,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/mcpserver"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -92,49 +97,72 @@ func run(ctx context.Context, agent string) error {
 	defer m.Close(context.Background())
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 
-	step("2. Launch three background tasks (they return at once; at most two run at a time)")
-	plain, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: agent, Description: "find functions",
-		Prompt: "Find the functions defined in main.go.\nRUN:grep -n '^func' main.go"})
+	step("2. Offer the tools to OpenCode's agents: the MCP bridge, registered with the server")
+	closeBridge, err := serveBridge(ctx, m, client, dir)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("   launched %s (plain)\n", plain.DisplayID)
-	forked, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: agent, Description: "recall token", Fork: true,
-		Prompt: "Which deploy token did we print earlier? Quote the line.\nQUOTE:DEPLOY_TOKEN="})
+	defer closeBridge()
+
+	step("3. The parent's model launches three background tasks by calling asyncagents_task")
+	fmt.Println("   (each call goes parent model → OpenCode → MCP → the bridge → the Manager; at most two run at once)")
+	launches := []struct {
+		what string
+		args map[string]any
+	}{
+		{"plain", map[string]any{"description": "find functions", "agent": agent,
+			"prompt": "Find the functions defined in main.go.\nRUN:sleep 2; grep -n '^func' main.go"}},
+		{"plain", map[string]any{"description": "count imports", "agent": agent,
+			"prompt": "Count the imports of main.go.\nRUN:sleep 2; grep -c '\"' main.go"}},
+		{"forked, queued behind the two", map[string]any{"description": "recall token", "agent": agent, "fork": true,
+			"prompt": "Which deploy token did we print earlier? Quote the line.\nQUOTE:DEPLOY_TOKEN="}},
+	}
+	for _, l := range launches {
+		out, err := callTool(ctx, client, parent.ID, "asyncagents_task", l.args)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("   [%s] the model saw:\n%s\n", l.what, indent(indent(out)))
+	}
+	tasks, err := m.List(caller, "")
 	if err != nil {
 		return err
+	}
+	if len(tasks) != 3 {
+		return fmt.Errorf("the parent's model launched %d tasks, want 3", len(tasks))
+	}
+	var plain, forked asyncagents.Task
+	for _, t := range tasks {
+		switch t.Description {
+		case "find functions":
+			plain = t
+		case "recall token":
+			forked = t
+		}
+	}
+	if forked.ForkStats == nil || forked.ParentMessageID == "" {
+		return fmt.Errorf("the forked task has no fork statistics or caller message: %+v", forked)
 	}
 	st := forked.ForkStats
-	fmt.Printf("   launched %s (forked: %d messages inherited, %d tool results, %d characters of context)\n",
+	fmt.Printf("   the bridge found the caller: session %s, message %s, agent %s\n", forked.ParentSessionID, forked.ParentMessageID, forked.ParentAgent)
+	fmt.Printf("   %s inherited %d messages, %d tool results, %d characters of context; its prompt does not contain the token\n",
 		forked.DisplayID, st.FinalMessages, st.Tier1+st.Tier2+st.Tier3, st.TotalChars)
-	fmt.Printf("   the forked prompt does not contain the token; only the parent's bash output does\n")
-	later, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: agent, Description: "count imports",
-		Prompt: "Count the imports of main.go.\nRUN:grep -c '\"' main.go"})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("   launched %s: %s, place %d in the queue — it starts when one of the two finishes\n",
-		later.DisplayID, later.Status, later.QueuePosition)
 
-	step("3. Progress while the parent keeps working")
+	step("4. Progress while the parent keeps working")
 	if err := watch(ctx, m, caller); err != nil {
 		return err
 	}
 
-	step("4. The list (asyncagents_list)")
-	tools := map[string]asyncagents.Tool{}
-	for _, t := range asyncagents.Tools(m) {
-		tools[t.Name] = t
-	}
-	list, err := tools["asyncagents_list"].Handler(ctx, caller, nil)
+	step("5. The parent's model lists its tasks (asyncagents_list)")
+	list, err := callTool(ctx, client, parent.ID, "asyncagents_list", map[string]any{})
 	if err != nil {
 		return err
 	}
 	fmt.Println(indent(list))
 
-	step("5. The outputs (asyncagents_output)")
+	step("6. The parent's model reads the outputs (asyncagents_output)")
 	for _, t := range []asyncagents.Task{plain, forked} {
-		out, err := tools["asyncagents_output"].Handler(ctx, caller, []byte(`{"task_id":"`+t.DisplayID+`","block":true,"timeout":60}`))
+		out, err := callTool(ctx, client, parent.ID, "asyncagents_output", map[string]any{"task_id": t.DisplayID, "block": true, "timeout": 60})
 		if err != nil {
 			return err
 		}
@@ -148,23 +176,31 @@ func run(ctx context.Context, agent string) error {
 		return fmt.Errorf("the forked task did not quote %s: %q", token, fo.Task.Result)
 	}
 
-	step("6. Resume the plain task with a follow-up")
-	if _, err := m.Resume(ctx, caller, plain.ID, "Now show the greeting function's body.\nRUN:sed -n '/^func greet/,/^}/p' main.go"); err != nil {
-		return err
-	}
-	out, err := m.Output(ctx, caller, plain.ID, asyncagents.OutputOptions{Block: true, Timeout: time.Minute})
+	step("7. The parent's model resumes the plain task with a follow-up (asyncagents_task with resume)")
+	out, err := callTool(ctx, client, parent.ID, "asyncagents_task", map[string]any{"resume": plain.DisplayID,
+		"prompt": "Now show the greeting function's body.\nRUN:sed -n '/^func greet/,/^}/p' main.go"})
 	if err != nil {
 		return err
 	}
-	fmt.Println(indent(asyncagents.FormatOutput(out, time.Now())))
-	list, _ = tools["asyncagents_list"].Handler(ctx, caller, nil)
+	fmt.Println(indent(out))
+	res, err := m.Output(ctx, caller, plain.ID, asyncagents.OutputOptions{Block: true, Timeout: time.Minute})
+	if err != nil {
+		return err
+	}
+	fmt.Println(indent(asyncagents.FormatOutput(res, time.Now())))
+	list, err = callTool(ctx, client, parent.ID, "asyncagents_list", map[string]any{})
+	if err != nil {
+		return err
+	}
 	fmt.Println(indent(list))
 
-	if lt, _ := m.Get(later.ID); lt.Status != asyncagents.StatusCompleted {
-		return fmt.Errorf("the queued task did not complete: %s %s", lt.Status, lt.Error)
+	for _, t := range tasks {
+		if lt, _ := m.Get(t.ID); lt.Status != asyncagents.StatusCompleted {
+			return fmt.Errorf("task %q did not complete: %s %s", t.Description, lt.Status, lt.Error)
+		}
 	}
 
-	step("7. Notifications the parent session received")
+	step("8. Notifications the parent session received")
 	return showNotifications(ctx, client, parent.ID, 4)
 }
 
@@ -287,4 +323,89 @@ func inputCommand(p opencode.Part) string {
 	}
 	_ = json.Unmarshal(p.State.Input, &in)
 	return in.Command
+}
+
+// serveBridge serves the Manager's tools over MCP on a loopback port and registers them
+// with the OpenCode instance of dir (POST /mcp), so the server's agents can call them.
+func serveBridge(ctx context.Context, m *asyncagents.Manager, client *opencode.HTTPClient, dir string) (func(), error) {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	token := hex.EncodeToString(b)
+	var dirs []string
+	if dir != "" {
+		dirs = append(dirs, dir)
+	}
+	bridge, err := mcpserver.New(m, client, mcpserver.WithToken(token), mcpserver.WithDirectories(dirs...))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		bridge.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: bridge, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	stop := func() { _ = srv.Close(); <-done; bridge.Close() }
+	url := "http://" + ln.Addr().String()
+	st, err := client.AddMCP(ctx, dir, m.ToolPrefix(), opencode.MCPConfig{Type: "remote", URL: url,
+		OAuth: json.RawMessage("false"), Headers: map[string]string{"Authorization": "Bearer " + token}})
+	if err == nil && st.Status != opencode.MCPConnected {
+		err = fmt.Errorf("OpenCode did not connect to the bridge: %s %s", st.Status, st.Error)
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	fmt.Printf("   bridge at %s, registered as MCP server %q: status %s\n", url, m.ToolPrefix(), st.Status)
+	return stop, nil
+}
+
+// callTool has the parent's model call a tool: with the scripted model a TOOL: directive
+// makes it call name with args, through OpenCode. It returns the tool's result as the
+// model saw it (the tool part's output). A notification that reaches the parent between
+// the prompt and the model's request takes the prompt's place as the last message (the
+// scripted model answers that one), so the prompt is sent again, up to three times.
+func callTool(ctx context.Context, c *opencode.HTTPClient, parent, name string, args map[string]any) (string, error) {
+	b, err := json.Marshal(args)
+	if err != nil {
+		return "", err
+	}
+	// The task prompts carry directives for the child's model; escaped, they do not steer
+	// the parent's (JSON decodes "\u003a" back to ":").
+	spec := strings.NewReplacer("RUN:", `RUN\u003a`, "QUOTE:", `QUOTE\u003a`).Replace(string(b))
+	prompt := fmt.Sprintf("Use the %s tool.\nTOOL:%s %s", name, name, spec)
+	for range 3 {
+		if _, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(prompt)}}); err != nil {
+			return "", err
+		}
+		msgs, err := c.Messages(ctx, parent, 12)
+		if err != nil {
+			return "", err
+		}
+		mine := -1 // our prompt: the last user message with its text
+		for i, m := range msgs {
+			for _, p := range m.Parts {
+				if p.Type == opencode.PartText && p.Text == prompt {
+					mine = i
+				}
+			}
+		}
+		if mine < 0 {
+			continue
+		}
+		for _, m := range msgs[mine+1:] {
+			for _, p := range m.Parts {
+				if p.Type != opencode.PartTool || p.Tool != name || p.State == nil {
+					continue
+				}
+				if p.State.Status == "error" {
+					return "", fmt.Errorf("%s failed: %s", name, p.State.Error)
+				}
+				return p.State.Output, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the parent's model did not call %s", name)
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// stateDir returns the folder of the store and the token: $XDG_STATE_HOME/asyncagents, else
+// ~/.local/state/asyncagents on Unix and <user config dir>/asyncagents on Windows and macOS.
+func stateDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "asyncagents"), nil
+	}
+	if runtime.GOOS == "windows" || runtime.GOOS == "darwin" {
+		d, err := os.UserConfigDir()
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(d, "asyncagents"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".local", "state", "asyncagents"), nil
+}
+
+// defaultPath returns name in the state folder, or "" when there is none (the flag is then
+// required).
+func defaultPath(name string) string {
+	d, err := stateDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, name)
+}
+
+// tokenBytes is the size of a generated token: 32 random bytes, 64 hex digits.
+const tokenBytes = 32
+
+// loadToken reads the token at path; with create, a missing file is created with a new
+// random token (mode 0600, folders 0700). A token is one line of at least 16 printable
+// characters without spaces.
+func loadToken(path string, create bool) (string, error) {
+	if path == "" {
+		return "", errors.New("no token file: set -token-file")
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && create {
+		return newToken(path)
+	}
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("token file %s: want one line of at least 16 characters without spaces", path)
+	}
+	return tok, nil
+}
+
+func newToken(path string) (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) { // another serve or install made it first
+		return loadToken(path, false)
+	}
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		return "", err
+	}
+	return tok, f.Close()
+}

@@ -1,0 +1,133 @@
+// Command asyncagents lets the agents of an OpenCode server run background tasks: it runs the
+// asyncagents Manager beside `opencode serve`, offers its five tools to OpenCode's agents over
+// MCP, shows the tasks on a status page, and sets projects up to use it.
+//
+// Usage:
+//
+//	asyncagents serve [flags]     run the Manager, the MCP bridge and the status page
+//	asyncagents install [flags]   add the MCP entry and the companion plugin to a project
+//	asyncagents tasks [flags]     list the tasks, for a person at a terminal
+//	asyncagents help [command]    show the help of a command
+//
+// A typical setup: run `asyncagents install` in each project (once), start
+// `asyncagents serve` beside `opencode serve`, and open the status page it prints. The
+// project's agents then have the tools asyncagents_task, asyncagents_output,
+// asyncagents_cancel, asyncagents_list and asyncagents_clear.
+//
+// Files (STATE is $XDG_STATE_HOME/asyncagents, else ~/.local/state/asyncagents; on Windows
+// and macOS the user's config directory): STATE/tasks.jsonl, the task store (a FileStore,
+// locked by the serve that has it open), and STATE/token, the bearer token that the MCP
+// bridge and the status page ask for (created on first use, mode 0600). The project's
+// opencode.json names the token file rather than holding the token.
+//
+// Exit codes: 0 success; 1 failure (the error is printed); 2 a usage error (bad flags or
+// arguments). serve exits 0 after SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// command is one subcommand.
+type command struct {
+	name, summary string
+	// run parses args with fs (already holding the common flags) and does the work.
+	run func(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut io.Writer) error
+}
+
+var commands = []command{
+	{"serve", "run the Manager, the MCP bridge and the status page beside `opencode serve`", runServe},
+	{"install", "add the MCP entry and the companion plugin to a project", runInstall},
+	{"tasks", "list the tasks (from a running serve, else from the store)", runTasks},
+}
+
+// errUsage marks errors that exit with exitUsage; the message has been printed.
+var errUsage = errors.New("usage")
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, args []string, out, errOut io.Writer) int {
+	if len(args) == 0 {
+		usage(errOut)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			usage(out)
+			return exitOK
+		}
+		name, rest = rest[0], []string{"-h"}
+	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		fs := flag.NewFlagSet("asyncagents "+c.name, flag.ContinueOnError)
+		fs.SetOutput(errOut)
+		err := c.run(ctx, fs, rest, out, errOut)
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return exitOK
+		case errors.Is(err, errUsage):
+			return exitUsage
+		default:
+			fmt.Fprintf(errOut, "asyncagents %s: %v\n", c.name, err)
+			return exitFail
+		}
+	}
+	fmt.Fprintf(errOut, "asyncagents: unknown command %q\n\n", name)
+	usage(errOut)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "asyncagents runs background tasks for the agents of an OpenCode server.")
+	fmt.Fprintln(w, "\nUsage:\n  asyncagents <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun `asyncagents help <command>` for a command's flags.")
+	fmt.Fprintln(w, "Exit codes: 0 success, 1 failure, 2 usage error.")
+}
+
+// parse parses args with fs; a bad flag or a stray argument is errUsage (fs has printed
+// why), -h is flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string, help string) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n%s\n\nFlags:\n", fs.Name(), help)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
