@@ -60,9 +60,11 @@ func newAPIError(method, path string, status int, body []byte) *APIError {
 		} `json:"data"`
 	}
 	if json.Unmarshal(body, &b) == nil {
-		e.Name = b.Name
+		// Effect-style errors carry their type in "_tag", and may use "name" for something
+		// else (McpServerNotFoundError: the MCP server's name); the others use "name".
+		e.Name = b.Tag
 		if e.Name == "" {
-			e.Name = b.Tag
+			e.Name = b.Name
 		}
 		e.Message = b.Data.Message
 		if e.Message == "" {

@@ -57,7 +57,7 @@ func TestRealServerMCP(t *testing.T) {
 	for _, err := range []error{c.ConnectMCP(ctx, "", "no-such-mcp"), c.DisconnectMCP(ctx, "", "no-such-mcp")} {
 		// McpServerNotFoundError, {"_tag", "name": <the server>, "message"}.
 		var apiErr *opencode.APIError
-		if !errors.Is(err, opencode.ErrNotFound) || !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		if !errors.Is(err, opencode.ErrNotFound) || !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Name != "McpServerNotFoundError" {
 			t.Errorf("unknown server: %v", err)
 		}
 	}

@@ -102,6 +102,7 @@ func TestAPIErrorShapes(t *testing.T) {
 		{404, `{"name":"NotFoundError","data":{"message":"Session not found: ses_x"}}`, "NotFoundError", "Session not found: ses_x", true},
 		{400, `{"_tag":"BadRequest"}`, "BadRequest", "", false},
 		{404, `{"_tag":"PermissionNotFoundError","requestID":"per_1","message":"Permission request not found: per_1"}`, "PermissionNotFoundError", "Permission request not found: per_1", true},
+		{404, `{"_tag":"McpServerNotFoundError","name":"no-such-mcp","message":"MCP server not found: no-such-mcp"}`, "McpServerNotFoundError", "MCP server not found: no-such-mcp", true},
 		{500, `{"name":"UnknownError","data":{"message":"Unexpected server error.","ref":"err_1"}}`, "UnknownError", "Unexpected server error.", false},
 		{401, ``, "", "", false},
 	}
