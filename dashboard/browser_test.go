@@ -52,12 +52,16 @@ func chromium(t *testing.T) string {
 }
 
 // browser starts a headless chromium with a fresh profile, HOME and XDG folders under
-// t.TempDir, and stops it (its process, through chromedp's allocator) when the test ends.
+// t.TempDir, and stops it when the test ends: the browser through chromedp's allocator,
+// then every process of its group, then the profile is removed.
 func browser(t *testing.T, width, height int) context.Context {
 	t.Helper()
 	exe := chromium(t)
 	home := t.TempDir()
+	profile := filepath.Join(home, "profile")
+	var cmd *exec.Cmd
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ModifyCmdFunc(func(c *exec.Cmd) { cmd = c; ownGroup(c) }),
 		chromedp.ExecPath(exe),
 		chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true),
@@ -74,12 +78,18 @@ func browser(t *testing.T, width, height int) context.Context {
 		chromedp.Flag("password-store", "basic"),
 		chromedp.Flag("force-color-profile", "srgb"),
 		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(filepath.Join(home, "profile")),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(width, height),
 		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "XDG_DATA_HOME="+filepath.Join(home, ".local/share")),
 	)
-	t.Cleanup(cancelAlloc) // kills the browser process and waits for it
+	t.Cleanup(func() {
+		cancelAlloc() // kills the browser process and waits for it
+		if cmd != nil && cmd.Process != nil {
+			stopGroup(cmd.Process.Pid, 5*time.Second)
+		}
+		removeAll(t, profile)
+	})
 	var (
 		mu   sync.Mutex
 		errs []string
@@ -105,6 +115,20 @@ func browser(t *testing.T, width, height int) context.Context {
 	}
 	t.Logf("chromium started in %v", time.Since(start).Round(time.Millisecond))
 	return ctx
+}
+
+// removeAll removes a browser's profile, retrying for a moment: chromium's processes
+// may still be closing files in it when the browser has gone.
+func removeAll(t *testing.T, dir string) {
+	t.Helper()
+	var err error
+	for range 50 {
+		if err = os.RemoveAll(dir); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("removing the browser profile: %v", err)
 }
 
 // run runs chromedp actions with a timeout.
