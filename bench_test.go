@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -124,6 +125,214 @@ func BenchmarkScaleP3P4(b *testing.B) {
 // when Release is called; goroutine counts include the fake's goroutine per held run.
 func BenchmarkFakeClientBurstP3(b *testing.B) {
 	runScale(b, scaleCase{tasks: 1000, burst: true}, newFakeBackend)
+}
+
+// BenchmarkRealServerP3 measures completion latency on the real `opencode serve`
+// (opencodetest.Start with the scripted model; skipped without the binary, like the
+// real-server tests). Each iteration launches realTasks tasks under one parent at once on a
+// new Manager with the default options, each run streaming its reply for realRunSeconds, so
+// all of them run together. A second event subscription in the process records when the
+// first idle frame (session.status idle or session.idle) of each task session's run arrives.
+// Reported, per task:
+//
+//	idle-done-p50/p99-ms  from that frame to Task.Completed
+//	idle-read-p50-ms      from that frame to the start of the message read that decided the
+//	                      task (GET /session/{id}/message?limit=8): the Manager's own delay
+//	read-p50-ms           how long that read took, the server busy ending the other runs
+//	idle-note-p50-ms      from that frame to the notification's Delivered time
+//	quiet-read-p50-ms     the same read on the finished sessions one at a time, after the
+//	                      round: what it costs on a quiet server
+//	launch-s              wall time of launching the realTasks tasks
+func BenchmarkRealServerP3(b *testing.B) {
+	srv := opencodetest.Start(b)
+	c := srv.Client()
+	var r realResult
+	b.ResetTimer()
+	for range b.N {
+		realRound(b, c, &r)
+	}
+	b.StopTimer()
+	b.ReportMetric(millis(quantile(r.done, 0.5)), "idle-done-p50-ms")
+	b.ReportMetric(millis(quantile(r.done, 0.99)), "idle-done-p99-ms")
+	b.ReportMetric(millis(quantile(r.lag, 0.5)), "idle-read-p50-ms")
+	b.ReportMetric(millis(quantile(r.read, 0.5)), "read-p50-ms")
+	b.ReportMetric(millis(quantile(r.note, 0.5)), "idle-note-p50-ms")
+	b.ReportMetric(millis(quantile(r.quiet, 0.5)), "quiet-read-p50-ms")
+	b.ReportMetric(r.launch.Seconds()/float64(b.N), "launch-s")
+}
+
+const (
+	realTasks      = 100
+	realRunSeconds = 4
+	realDeadline   = 3 * time.Minute
+)
+
+type realResult struct {
+	done, lag, read, note, quiet []time.Duration
+	launch                       time.Duration
+}
+
+// readTimes records when each session's message reads (Client.Messages) started and ended.
+type readTimes struct {
+	opencode.Client
+	mu    sync.Mutex
+	reads map[string][][2]time.Time
+}
+
+func (c *readTimes) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	t0 := time.Now()
+	msgs, err := c.Client.Messages(ctx, id, limit)
+	t1 := time.Now()
+	c.mu.Lock()
+	c.reads[id] = append(c.reads[id], [2]time.Time{t0, t1})
+	c.mu.Unlock()
+	return msgs, err
+}
+
+// realRound runs realTasks tasks to their end on the real server behind c and adds what it
+// measured to r.
+func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), realDeadline)
+	defer cancel()
+
+	// The observer: the first idle frame of each session after it went busy.
+	stream, err := c.Events(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		busyRun  = map[string]bool{}
+		idleSeen = map[string]time.Time{}
+		observed = make(chan struct{})
+	)
+	go func() {
+		defer close(observed)
+		for ev, err := range stream.All() {
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			idle := ev.Type == opencode.EventSessionIdle
+			if ev.Type == opencode.EventSessionStatus {
+				p, err := ev.Decode()
+				if err != nil || p.Status == nil {
+					continue
+				}
+				idle = p.Status.Type == "idle"
+			} else if !idle {
+				continue
+			}
+			sid := ev.SessionID()
+			mu.Lock()
+			if !idle {
+				busyRun[sid] = true
+			} else if _, seen := idleSeen[sid]; busyRun[sid] && !seen {
+				idleSeen[sid] = at
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		cancel()
+		_ = stream.Close()
+		<-observed
+	}()
+
+	rt := &readTimes{Client: c, reads: map[string][][2]time.Time{}}
+	m, err := asyncagents.New(rt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = m.Close(context.Background()) }()
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
+
+	ids := make([]string, realTasks)
+	errs := make(chan error, realTasks)
+	var launched sync.WaitGroup
+	t0 := time.Now()
+	for i := range realTasks {
+		launched.Add(1)
+		go func() {
+			defer launched.Done()
+			t, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Agent: "general",
+				Description: "task " + strconv.Itoa(i), Prompt: fmt.Sprintf("SLEEP:%d (task %d)", realRunSeconds, i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[i] = t.ID
+		}()
+	}
+	launched.Wait()
+	r.launch += time.Since(t0)
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+
+	// Until every task ended and its parent was notified.
+	var tasks []asyncagents.Task
+	for {
+		tasks = tasks[:0]
+		all := true
+		for _, id := range ids {
+			t, err := m.Get(id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tasks = append(tasks, t)
+			all = all && t.Status.Terminal() && len(t.Notifications) > 0 && t.Notifications[0].State != asyncagents.NotificationPending
+		}
+		if all {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatal("the tasks did not end in time")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, t := range tasks {
+		if t.Status != asyncagents.StatusCompleted {
+			b.Fatalf("task %s is %s: %s", t.ID, t.Status, t.Error)
+		}
+		idle, ok := idleSeen[t.ID]
+		if !ok {
+			b.Fatalf("no idle frame seen for %s", t.ID)
+		}
+		r.done = append(r.done, t.Completed.Sub(idle))
+		var decided [2]time.Time // the last read before the task was completed: the one that decided
+		for _, rd := range rt.reads[t.ID] {
+			if !rd[1].After(t.Completed) {
+				decided = rd
+			}
+		}
+
+		if !decided[0].IsZero() {
+			r.lag = append(r.lag, decided[0].Sub(idle))
+			r.read = append(r.read, decided[1].Sub(decided[0]))
+		}
+		if n := t.Notifications[0]; n.State == asyncagents.NotificationDelivered {
+			r.note = append(r.note, n.Delivered.Sub(idle))
+		}
+	}
+	for _, id := range ids {
+		t0 := time.Now()
+		if _, err := c.Messages(ctx, id, 8); err != nil {
+			b.Fatal(err)
+		}
+		r.quiet = append(r.quiet, time.Since(t0))
+	}
 }
 
 // scaleBackend is the OpenCode a scale benchmark runs on.
@@ -700,6 +909,8 @@ type leanSession struct {
 	idleAt time.Time
 	readAt atomic.Int64
 	msgsAt time.Time
+
+	props [2][]byte // the session's event properties before and after the updated time
 }
 
 // leanEpoch is the origin of leanSession.readAt.
@@ -1076,8 +1287,20 @@ func statusProps(id, typ string) []byte {
 	return []byte(`{"sessionID":"` + id + `","status":{"type":"` + typ + `"}}`)
 }
 
+// sessionProps returns the properties of a session.* event of ss, as of now. Only the
+// updated time changes: the rest is built once.
 func sessionProps(ss *leanSession) []byte {
-	i := &ss.info
+	if ss.props[0] == nil {
+		ss.props = sessionPropsParts(&ss.info)
+	}
+	pre, post := ss.props[0], ss.props[1]
+	b := make([]byte, 0, len(pre)+len(post)+13)
+	b = append(b, pre...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
+	return append(b, post...)
+}
+
+func sessionPropsParts(i *opencode.Session) [2][]byte {
 	b := make([]byte, 0, 560)
 	b = append(b, `{"sessionID":"`...)
 	b = append(b, i.ID...)
@@ -1092,25 +1315,47 @@ func sessionProps(ss *leanSession) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, `,"title":`...)
-	b = strconv.AppendQuote(b, i.Title)
+	b = appendQuote(b, i.Title)
 	b = append(b, `,"version":"1.18.33","summary":{"additions":0,"deletions":0,"files":0},"time":{"created":`...)
 	b = strconv.AppendInt(b, i.Time.Created, 10)
 	b = append(b, `,"updated":`...)
-	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
-	b = append(b, `},"permission":[`...)
+	a := make([]byte, 0, 64)
+	a = append(a, `},"permission":[`...)
 	for k, r := range i.Permission {
 		if k > 0 {
-			b = append(b, ',')
+			a = append(a, ',')
 		}
-		b = append(b, `{"permission":`...)
-		b = strconv.AppendQuote(b, r.Permission)
-		b = append(b, `,"pattern":`...)
-		b = strconv.AppendQuote(b, r.Pattern)
-		b = append(b, `,"action":`...)
-		b = strconv.AppendQuote(b, r.Action)
-		b = append(b, '}')
+		a = append(a, `{"permission":`...)
+		a = appendQuote(a, r.Permission)
+		a = append(a, `,"pattern":`...)
+		a = appendQuote(a, r.Pattern)
+		a = append(a, `,"action":`...)
+		a = appendQuote(a, r.Action)
+		a = append(a, '}')
 	}
-	return append(b, "]}}"...)
+	return [2][]byte{b, append(a, "]}}"...)}
+}
+
+// appendQuote appends s quoted as strconv.AppendQuote does (and as JSON reads it, for the
+// texts these events carry), without its cost for printable text with quotes and newlines.
+func appendQuote(b []byte, s string) []byte {
+	for _, r := range s {
+		if r == utf8.RuneError || r < ' ' && r != '\n' || r >= 0x7f && !strconv.IsPrint(r) {
+			return strconv.AppendQuote(b, s)
+		}
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 func messageProps(i opencode.MessageInfo) []byte {
@@ -1161,7 +1406,7 @@ func partProps(p opencode.Part) []byte {
 	switch p.Type {
 	case opencode.PartText:
 		b = append(b, `,"text":`...)
-		b = strconv.AppendQuote(b, p.Text)
+		b = appendQuote(b, p.Text)
 		if p.Synthetic {
 			b = append(b, `,"synthetic":true`...)
 		}
@@ -1183,14 +1428,34 @@ type leanStream struct {
 	unread atomic.Int64 // events pushed and not yet handled by the reader
 
 	mu     sync.Mutex
-	queue  []leanEvent
+	queue  [][]leanEvent // chunks of leanChunk events, oldest first
+	free   [][]leanEvent // empty chunks, at most leanFreeChunks
 	closed bool
 }
+
+// The queue of a leanStream grows by chunks, so a reader that falls behind in a burst costs
+// no copying; a few empty chunks are kept for the next events (no more: the stream goes away
+// with the Manager, and its memory is not the Manager's).
+const (
+	leanChunk      = 256
+	leanFreeChunks = 2
+)
 
 func (st *leanStream) push(ev leanEvent) {
 	st.mu.Lock()
 	if !st.closed {
-		st.queue = append(st.queue, ev)
+		n := len(st.queue)
+		if n == 0 || len(st.queue[n-1]) == leanChunk {
+			var c []leanEvent
+			if k := len(st.free); k > 0 {
+				c, st.free = st.free[k-1], st.free[:k-1]
+			} else {
+				c = make([]leanEvent, 0, leanChunk)
+			}
+			st.queue = append(st.queue, c)
+			n++
+		}
+		st.queue[n-1] = append(st.queue[n-1], ev)
 		st.unread.Add(1)
 	}
 	st.mu.Unlock()
@@ -1204,7 +1469,7 @@ func (st *leanStream) push(ev leanEvent) {
 func (st *leanStream) close() {
 	st.mu.Lock()
 	st.closed = true
-	st.queue = nil
+	st.queue, st.free = nil, nil
 	st.mu.Unlock()
 	select {
 	case st.wake <- struct{}{}:
@@ -1214,7 +1479,7 @@ func (st *leanStream) close() {
 
 func (st *leanStream) All() iter.Seq2[opencode.Event, error] {
 	return func(yield func(opencode.Event, error) bool) {
-		var batch []leanEvent
+		var batch [][]leanEvent
 		for {
 			st.mu.Lock()
 			closed := st.closed
@@ -1224,21 +1489,30 @@ func (st *leanStream) All() iter.Seq2[opencode.Event, error] {
 				yield(opencode.Event{}, fmt.Errorf("leanServer: event stream: %w", net.ErrClosed))
 				return
 			}
-			for _, ev := range batch {
-				if ev.mark != nil {
-					ev.mark.readAt.Store(int64(time.Since(leanEpoch)))
-				}
-				ok := yield(ev.Event, nil)
-				st.unread.Add(-1)
-				if !ok {
-					return
+			for _, chunk := range batch {
+				for _, ev := range chunk {
+					if ev.mark != nil {
+						ev.mark.readAt.Store(int64(time.Since(leanEpoch)))
+					}
+					ok := yield(ev.Event, nil)
+					st.unread.Add(-1)
+					if !ok {
+						return
+					}
 				}
 			}
 			more := len(batch) > 0
-			if cap(batch) > 1024 { // a burst's buffer is not kept: it is not the reader's memory
+			st.mu.Lock()
+			for i, chunk := range batch {
+				if len(st.free) < leanFreeChunks && !st.closed {
+					clear(chunk)
+					st.free = append(st.free, chunk[:0])
+				}
+				batch[i] = nil
+			}
+			st.mu.Unlock()
+			if cap(batch) > leanFreeChunks {
 				batch = nil
-			} else {
-				clear(batch)
 			}
 			if more {
 				continue

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -21,10 +22,13 @@ import (
 const reconcileWindow = 8
 
 func (m *Manager) start() {
-	m.goLoop(m.eventLoop)
+	q := &eventQueue{wake: make(chan struct{}, 1)}
+	m.goLoop(func() { m.eventLoop(q) })
+	m.goLoop(func() { m.applyLoop(q) })
 	m.goLoop(m.pollLoop)
+	m.recon = reconcilers{alive: m.cfg.reconcilers, limit: min(reconcileBurst*m.cfg.reconcilers, maxReconcilers)}
 	for range m.cfg.reconcilers {
-		m.goLoop(m.reconcileLoop)
+		m.goLoop(func() { m.reconcileLoop(true) })
 	}
 	m.goLoop(m.notifyLoop)
 }
@@ -66,10 +70,10 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 // eventLoop keeps one subscription to the server's events, reconnecting with backoff.
 // After every (re)connect all active tasks are reconciled, so an idle missed while
 // disconnected is not lost.
-func (m *Manager) eventLoop() {
+func (m *Manager) eventLoop(q *eventQueue) {
 	b := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
-		m.subscribe(b)
+		m.subscribe(b, q)
 		if !m.wait(b.NextBackOff()) {
 			return
 		}
@@ -77,7 +81,7 @@ func (m *Manager) eventLoop() {
 }
 
 // subscribe reads one connection of the event stream until it ends.
-func (m *Manager) subscribe(b *backoff.ExponentialBackOff) {
+func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 	defer m.recoverAndLog("the event stream")
 	// The handshake gets the request timeout; the stream, once open, lives until it ends.
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -103,12 +107,99 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff) {
 			return
 		}
 		b.Reset()
-		m.handle(ev)
+		m.handle(q, ev)
 	}
 }
 
-// handle applies one event.
-func (m *Manager) handle(ev opencode.Event) {
+// eventQueue hands the events that need no decoding (a run's status and idle events, and
+// activity) from the goroutine reading the stream to the one applying them, which applies
+// all that have arrived under one lock: in a burst of run ends, the reader never waits for
+// the Manager's lock and the Manager's lock is taken once per batch, not once per event.
+type eventQueue struct {
+	mu    sync.Mutex
+	evs   []runEvent
+	spare []runEvent // the buffer the last batch was applied from, for the next events
+	wake  chan struct{}
+}
+
+// runEvent is an event of a session's run: a status or idle event, or activity alone (typ
+// ""). Events that carry more are decoded into p and never queued.
+type runEvent struct {
+	typ, sid string
+	status   string                    // the status type of a session.status event
+	p        *opencode.EventProperties // the decoded properties, or nil
+}
+
+func (q *eventQueue) push(ev runEvent) {
+	q.mu.Lock()
+	q.evs = append(q.evs, ev)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop applies the queued events until the Manager closes.
+func (m *Manager) applyLoop(q *eventQueue) {
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-q.wake:
+		}
+		// A batch per lock: others get the lock between two batches of a long burst.
+		for m.applyBatch(q) {
+		}
+	}
+}
+
+// applyBatch applies the events queued so far and reports whether there were any.
+func (m *Manager) applyBatch(q *eventQueue) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.applyQueuedLocked(q, false)
+}
+
+// applyQueuedLocked applies the queued events in order: those queued so far, or with all,
+// until none is left. Events leave the queue only under m.mu, so an event the reader applies
+// itself (after applying the queue with all) comes after those it queued before it.
+func (m *Manager) applyQueuedLocked(q *eventQueue, all bool) (applied bool) {
+	for {
+		q.mu.Lock()
+		batch := q.evs
+		if len(batch) == 0 {
+			q.mu.Unlock()
+			return applied
+		}
+		q.evs, q.spare = q.spare, nil
+		q.mu.Unlock()
+		applied = true
+		for i := range batch {
+			m.applySafelyLocked(batch[i])
+		}
+		clear(batch)
+		if cap(batch) <= 256 { // a burst's buffer is not kept
+			q.mu.Lock()
+			q.spare = batch[:0]
+			q.mu.Unlock()
+		}
+		if !all {
+			return true
+		}
+	}
+}
+
+// applySafelyLocked applies ev; a panic is logged and the next event is applied as usual.
+func (m *Manager) applySafelyLocked(ev runEvent) {
+	defer m.recoverAndLog("handling an event")
+	m.applyLocked(ev)
+}
+
+// handle applies one event: the status and idle events of a run, several per task, and
+// activity go through q, without a decode; the others are decoded once the session is known
+// to be a task's, and applied after those queued before them.
+func (m *Manager) handle(q *eventQueue, ev opencode.Event) {
 	defer m.recoverAndLog("handling an event")
 	switch ev.Type {
 	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
@@ -116,7 +207,9 @@ func (m *Manager) handle(ev opencode.Event) {
 		opencode.EventPermissionAsked, opencode.EventPermissionReplied:
 	case opencode.EventMessagePartDelta:
 		if m.cfg.stale > 0 { // streaming text is activity, nothing else
-			m.touch(ev.SessionID())
+			if sid := ev.SessionID(); sid != "" {
+				q.push(runEvent{sid: sid})
+			}
 		}
 		return
 	default:
@@ -125,7 +218,9 @@ func (m *Manager) handle(ev opencode.Event) {
 	// Only tool parts count for progress; the other part updates are activity at most.
 	if ev.Type == opencode.EventMessagePartUpdate && !bytes.Contains(ev.Properties, []byte(`"type":"tool"`)) {
 		if m.cfg.stale > 0 {
-			m.touch(ev.SessionID())
+			if sid := ev.SessionID(); sid != "" {
+				q.push(runEvent{sid: sid})
+			}
 		}
 		return
 	}
@@ -134,15 +229,26 @@ func (m *Manager) handle(ev opencode.Event) {
 	if sid == "" {
 		return
 	}
+	switch ev.Type {
+	case opencode.EventSessionIdle:
+		q.push(runEvent{typ: ev.Type, sid: sid})
+		return
+	case opencode.EventSessionStatus:
+		if typ, ok := statusType(ev.Properties); ok {
+			q.push(runEvent{typ: ev.Type, sid: sid, status: typ})
+			return
+		}
+	}
+	m.mu.Lock()
+	m.applyQueuedLocked(q, true)
+	e := m.tasks[sid]
+	active := e != nil && e.task.Status.Active()
+	m.mu.Unlock()
 	if ev.Type == opencode.EventSessionDeleted {
 		m.sessionDeleted(sid)
 		return
 	}
-	m.mu.Lock()
-	e := m.tasks[sid]
-	ok := e != nil && e.task.Status.Active()
-	m.mu.Unlock()
-	if !ok {
+	if !active {
 		return
 	}
 	var (
@@ -150,28 +256,47 @@ func (m *Manager) handle(ev opencode.Event) {
 		err error
 	)
 	if ev.Type == opencode.EventMessagePartUpdate {
-		part, err := toolPart(ev)
-		if err != nil || part == nil {
+		if p.Part, err = toolPart(ev); err != nil || p.Part == nil {
 			return
 		}
-		p.Part = part
 	} else if p, err = ev.Decode(); err != nil {
 		return
 	}
+	re := runEvent{typ: ev.Type, sid: sid, p: &p}
+	if p.Status != nil {
+		re.status = p.Status.Type
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.tasks[sid] != e || !e.task.Status.Active() {
+	m.applyQueuedLocked(q, true)
+	m.applyLocked(re)
+}
+
+// applyLocked applies an event of a task's run.
+func (m *Manager) applyLocked(ev runEvent) {
+	e := m.tasks[ev.sid]
+	if e == nil {
 		return
 	}
+	if ev.typ == "" { // activity alone
+		e.active = m.now()
+		return
+	}
+	if !e.task.Status.Active() {
+		return
+	}
+	var p opencode.EventProperties // decoded: for the events that are not queued
+	if ev.p != nil {
+		p = *ev.p
+	}
 	e.active = m.now()
-	switch ev.Type {
+	switch ev.typ {
 	case opencode.EventSessionIdle:
 		m.enqueueLocked(e.task.ID, true)
 	case opencode.EventSessionStatus:
-		if p.Status == nil {
+		switch ev.status {
+		case "":
 			return
-		}
-		switch p.Status.Type {
 		case "idle":
 			m.enqueueLocked(e.task.ID, true)
 		case "retry":
@@ -196,6 +321,29 @@ func (m *Manager) handle(ev opencode.Event) {
 	}
 }
 
+// statusType returns the type of a session.status event's status when it has no other field,
+// as OpenCode writes busy and idle ({"sessionID":…,"status":{"type":"idle"}}), read without a
+// decode; ok is false for any other shape (a retry, with its message), which is decoded.
+func statusType(props []byte) (typ string, ok bool) {
+	const key = `,"status":{"type":"`
+	i := bytes.LastIndex(props, []byte(key))
+	if i < 0 {
+		return "", false
+	}
+	rest := props[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 || string(rest[j:]) != `"}}` {
+		return "", false
+	}
+	switch string(rest[:j]) {
+	case "idle":
+		return "idle", true
+	case "busy":
+		return "busy", true
+	}
+	return "", false
+}
+
 // toolPart decodes the id and tool name of a message.part.updated event's part, and
 // returns nil for parts that are not tool parts.
 func toolPart(ev opencode.Event) (*opencode.Part, error) {
@@ -210,18 +358,6 @@ func toolPart(ev opencode.Event) (*opencode.Part, error) {
 		return nil, err
 	}
 	return &opencode.Part{ID: p.Part.ID, Type: p.Part.Type, Tool: p.Part.Tool}, nil
-}
-
-// touch records activity of a task session.
-func (m *Manager) touch(sid string) {
-	if sid == "" {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.tasks[sid]; e != nil {
-		e.active = m.now()
-	}
 }
 
 // watchdog is a task whose deadline or stale timeout fired.
@@ -533,35 +669,58 @@ func (m *Manager) enqueueLocked(id string, idle bool) {
 	}
 	m.rq[id] = idle
 	m.rqOrder = append(m.rqOrder, id)
+	m.wakeReconcilerLocked()
+}
+
+// reconcilers counts the goroutines that read the messages of sessions that went idle: the
+// resident ones (WithReconcilers) and, while sessions wait to be read with every reader busy,
+// extra ones, up to limit: reconcileBurst times the resident ones, at most maxReconcilers.
+// The extra ones end when the queue is empty. A server answers a burst of reads sooner with
+// more of them in flight; when it is idle, the resident ones are enough. Under Manager.mu.
+type reconcilers struct {
+	alive, busy, limit int
+}
+
+// reconcileBurst bounds the extra reconcilers (see reconcilers).
+const reconcileBurst = 16
+
+// wakeReconcilerLocked sees that a reconciler takes the next queued read: it wakes one that
+// waits or, when all are busy, starts an extra one if the limit allows.
+func (m *Manager) wakeReconcilerLocked() {
+	rs := &m.recon
+	if rs.busy >= rs.alive && rs.alive < rs.limit && !isClosed(m.stop) {
+		rs.alive++
+		m.goLoop(func() { m.reconcileLoop(false) })
+		return
+	}
 	select {
 	case m.rqWake <- struct{}{}:
 	default:
 	}
 }
 
-func (m *Manager) reconcileLoop() {
+func (m *Manager) reconcileLoop(resident bool) {
+	rs := &m.recon
+	working := false
 	for {
 		m.mu.Lock()
-		var (
-			id   string
-			idle bool
-			ok   bool
-		)
-		for len(m.rqOrder) > 0 && !ok {
-			id, m.rqOrder = m.rqOrder[0], m.rqOrder[1:]
-			idle, ok = m.rq[id]
-			delete(m.rq, id)
+		if working {
+			rs.busy--
 		}
-		more := len(m.rqOrder) > 0
-		m.mu.Unlock()
-		if more { // pass the wake-up on to another reconciler
-			select {
-			case m.rqWake <- struct{}{}:
-			default:
+		r, ok := m.nextReconcileLocked()
+		if working = ok; ok {
+			rs.busy++
+			if len(m.rqOrder) > 0 { // pass the wake-up on
+				m.wakeReconcilerLocked()
 			}
+		} else if !resident {
+			rs.alive--
+			m.mu.Unlock()
+			return
 		}
+		m.mu.Unlock()
 		if ok {
-			m.reconcile(id, idle)
+			m.reconcile(r)
 			continue
 		}
 		select {
@@ -572,19 +731,40 @@ func (m *Manager) reconcileLoop() {
 	}
 }
 
+// reconcileJob is a reconcile of run rc of task e, as the queue hands it out.
+type reconcileJob struct {
+	e   *entry
+	id  string
+	rc  int
+	run manager.Run
+}
+
+// nextReconcileLocked takes the next queued reconcile of a task that is still active.
+func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
+	for len(m.rqOrder) > 0 {
+		id := m.rqOrder[0]
+		m.rqOrder[0] = ""
+		m.rqOrder = m.rqOrder[1:]
+		idle, ok := m.rq[id]
+		if !ok {
+			continue
+		}
+		delete(m.rq, id)
+		e := m.tasks[id]
+		if e == nil || !e.task.Status.Active() {
+			continue
+		}
+		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle}}, true
+	}
+	m.rqOrder = nil // let a burst's backing array go
+	return reconcileJob{}, false
+}
+
 // reconcile reads the task session's latest messages and decides whether the run ended.
 // A panic (in the Client or in deciding) ends the task in StatusError with the panic's value
 // and stack.
-func (m *Manager) reconcile(id string, idle bool) {
-	m.mu.Lock()
-	e := m.tasks[id]
-	if e == nil || !e.task.Status.Active() {
-		m.mu.Unlock()
-		return
-	}
-	rc := e.task.ResumeCount
-	run := manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle}
-	m.mu.Unlock()
+func (m *Manager) reconcile(r reconcileJob) {
+	e, rc, run, id := r.e, r.rc, r.run, r.id
 	defer func() {
 		if r := recover(); r != nil {
 			m.cfg.logger.Error("asyncagents: panic while reconciling", "task", id, "panic", r)
@@ -617,6 +797,24 @@ func (m *Manager) reconcile(id string, idle bool) {
 	}
 }
 
+// endWaitsLocked serves the Outputs blocked on e's run, which has just ended, so that they
+// need not take m.mu again when they wake (with thousands of them, every one would queue for
+// it): it marks a completed result retrieved, as each of them would, and leaves them the task
+// as it is now.
+func (m *Manager) endWaitsLocked(e *entry) {
+	if e.waiters == 0 {
+		return
+	}
+	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+		e.task.Retrieved = m.now()
+		m.changedLocked(e)
+	}
+	v := &endView{done: e.done, task: m.viewLocked(e)}
+	v.left.Store(int64(e.waiters))
+	e.ended.Store(v)
+	e.waiters = 0
+}
+
 // finish moves an active task of run rc to a terminal state once, persists it and queues
 // the parent notification. It does nothing when the run is no longer active.
 func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
@@ -637,7 +835,6 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	}
 	followUp := len(e.task.FollowUps) > 0
 	m.changedLocked(e)
-	close(e.done)
 	if b := m.batches[e.task.BatchID]; b != nil {
 		b.active--
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
@@ -645,6 +842,8 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}
+	m.endWaitsLocked(e)
+	close(e.done)
 	start := m.releaseLocked(e)
 	m.mu.Unlock()
 	m.persist(e)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -23,6 +24,13 @@ import (
 type entry struct {
 	task Task
 	done chan struct{} // closed when the current run ends or the task is removed
+
+	// Blocked Outputs do not need Manager.mu when the run they wait for ends: waiters counts
+	// them (under Manager.mu), and finish, when there are any, marks a completed result
+	// retrieved on their behalf and leaves them the task as the run ended in ended, before it
+	// closes done.
+	waiters int
+	ended   atomic.Pointer[endView]
 
 	// Saves of one task are serialized by saveMu and carry the newest version: version
 	// counts changes (under Manager.mu), saved is the version the store has.
@@ -51,6 +59,14 @@ type entry struct {
 	next   int // ids of tool parts already counted, a ring
 }
 
+// endView is the task as a run ended, for the Outputs that waited for it (entry.ended). It
+// is never changed: each waiter returns a clone.
+type endView struct {
+	done chan struct{} // the run's done channel
+	task Task
+	left atomic.Int64 // waiters yet to take it; the last one clears entry.ended
+}
+
 // maxRecheck bounds the delay between two reads of an idle, undecided task's messages.
 const maxRecheck = 30 * time.Second
 
@@ -64,10 +80,12 @@ type batch struct {
 // Manager runs background tasks in child sessions of an OpenCode server and tracks them
 // until they end. Create one with [New]; it is safe for concurrent use.
 //
-// A Manager owns a constant number of goroutines, whatever the number of tasks: one event
-// subscription (GET /global/event, reconnected with backoff), one status poller, the
-// reconcilers of [WithReconcilers] and one notifier with up to 32 delivery workers; with
-// [WithPermissionPolicy], one short-lived goroutine per request it answers.
+// A Manager owns a bounded number of goroutines, whatever the number of tasks: one event
+// subscription (GET /global/event, reconnected with backoff) and one goroutine applying its
+// events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
+// read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
+// empty) and one notifier with up to 32 delivery workers; with [WithPermissionPolicy], one
+// short-lived goroutine per request it answers.
 // [Manager.Close] stops them and waits.
 type Manager struct {
 	client opencode.Client
@@ -90,7 +108,9 @@ type Manager struct {
 	rq       map[string]bool   // sessions waiting for a reconcile → the session was seen idle
 	rqOrder  []string
 	rqWake   chan struct{}
+	recon    reconcilers        // the goroutines that read them
 	outboxes map[string]*outbox // parent → pending notifications
+	nready   []string           // parents whose next notification is due, waiting for a worker
 	running  map[string]int     // concurrency limit → runs holding a slot
 	waiting  map[string][]*entry
 	limitOf  map[string]int
@@ -668,18 +688,38 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 		return Output{}, err
 	}
 	done := e.done
+	wait := opts.Block && !isClosed(done)
+	if wait {
+		e.waiters++
+	}
 	m.mu.Unlock()
 
 	timedOut := false
-	if opts.Block {
+	if wait {
+		var stopped error
 		select {
 		case <-done:
 		case <-m.cfg.clock.After(timeout):
 			timedOut = true
 		case <-ctx.Done():
-			return Output{}, ctx.Err()
+			stopped = ctx.Err()
 		case <-m.stop:
-			return Output{}, ErrClosed
+			stopped = ErrClosed
+		}
+		counted := true // in e.waiters when the run ended
+		if !isClosed(done) {
+			m.mu.Lock()
+			if !isClosed(done) {
+				e.waiters--
+				counted = false
+			}
+			m.mu.Unlock()
+		}
+		if t, ok := takeEnd(e, done, counted); ok { // finish left the task as the run ended
+			return m.output(ctx, Output{Task: t}, opts)
+		}
+		if stopped != nil {
+			return Output{}, stopped
 		}
 	}
 	m.mu.Lock()
@@ -698,6 +738,11 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	if save {
 		m.persist(e)
 	}
+	return m.output(ctx, out, opts)
+}
+
+// output adds the session's messages to out when opts ask for them.
+func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (Output, error) {
 	if opts.FullSession {
 		var err error
 		out.Messages, out.MoreMessages, err = m.sessionMessages(ctx, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
@@ -706,6 +751,33 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 		}
 	}
 	return out, nil
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// takeEnd returns, to a blocked Output whose wait on done ended, a copy of the task as the run
+// ended, when finish left it one: the run ended while the Output was counted in e.waiters.
+func takeEnd(e *entry, done chan struct{}, counted bool) (Task, bool) {
+	if !counted {
+		return Task{}, false
+	}
+	v := e.ended.Load()
+	if v == nil || v.done != done {
+		return Task{}, false
+	}
+	t := v.task.clone()
+	if v.left.Add(-1) == 0 {
+		e.ended.CompareAndSwap(v, nil)
+	}
+	return t, true
 }
 
 // messagePage is how many messages sessionMessages asks for at a time when it looks for a

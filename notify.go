@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -48,12 +49,15 @@ type Notification struct {
 	Error     string    `json:"error,omitempty"`    // the last failure
 }
 
-// Delivery: parents are served in parallel, at most notifyWorkers at a time, each attempt bounded by the request timeout; the
-// notifications of one parent go one at a time, oldest first. A failed attempt is retried
-// after a delay doubling from notifyBackoffMin to notifyBackoffMax until the horizon
-// (WithNotifyHorizon) has passed since the run ended.
+// Delivery: parents are served in parallel, at most notifyWorkers at a time, each attempt
+// bounded by the request timeout; the notifications of one parent go one at a time, oldest
+// first. A worker delivers a parent's notifications one after the other while they are due;
+// after notifyBatch of them it gives its place to a parent that waits for a worker, if any. A
+// failed attempt is retried after a delay doubling from notifyBackoffMin to notifyBackoffMax
+// until the horizon (WithNotifyHorizon) has passed since the run ended.
 const (
 	notifyWorkers    = 32
+	notifyBatch      = 16
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
 	flushTimeout     = 5 * time.Second
@@ -62,7 +66,8 @@ const (
 // outbox holds one parent's pending notifications, oldest first.
 type outbox struct {
 	queue    []noteRef
-	inFlight bool
+	inFlight bool      // a worker delivers them
+	ready    bool      // in Manager.nready: due, waiting for a worker
 	next     time.Time // no attempt before this
 }
 
@@ -112,6 +117,19 @@ func (m *Manager) queueLocked(parent string, ref noteRef) {
 		m.outboxes[parent] = ob
 	}
 	ob.queue = append(ob.queue, ref)
+	if ob.next.IsZero() {
+		m.readyLocked(parent, ob)
+	}
+}
+
+// readyLocked queues parent for a worker unless a worker has it or it waits already, and
+// wakes the notifier.
+func (m *Manager) readyLocked(parent string, ob *outbox) {
+	if ob.inFlight || ob.ready {
+		return
+	}
+	ob.ready = true
+	m.nready = append(m.nready, parent)
 	select {
 	case m.nqWake <- struct{}{}:
 	default:
@@ -128,46 +146,60 @@ func noteLocked(e *entry, key string) *Notification {
 	return nil
 }
 
-// notifyLoop hands each parent whose next notification is due to a delivery goroutine, at
-// most notifyWorkers at a time. On Close it waits for them and gives every parent's
-// pending notifications one more attempt; what is still pending stays in the store.
+// notifyLoop hands the parents whose next notification is due to delivery goroutines, in the
+// order they became due, at most notifyWorkers at a time. On Close it waits for them and
+// gives every parent's pending notifications one more attempt; what is still pending stays in
+// the store.
 func (m *Manager) notifyLoop() {
 	var workers sync.WaitGroup
 	sem := make(chan struct{}, notifyWorkers)
+	// retryAt is the earliest next attempt of a parent waiting after a failure (zero: none),
+	// under m.mu; the outboxes are scanned only when it has come.
+	var retryAt time.Time
 	for {
 		wait := time.Hour
 		m.mu.Lock()
 		now := m.now()
-		var due []string
-		for parent, ob := range m.outboxes {
-			switch {
-			case len(ob.queue) == 0:
-				if !ob.inFlight {
-					delete(m.outboxes, parent)
+		if !retryAt.IsZero() && !retryAt.After(now) {
+			retryAt = time.Time{}
+			for parent, ob := range m.outboxes {
+				switch {
+				case ob.inFlight || ob.ready || len(ob.queue) == 0:
+				case !ob.next.After(now):
+					m.readyLocked(parent, ob)
+				case retryAt.IsZero() || ob.next.Before(retryAt):
+					retryAt = ob.next
 				}
-			case ob.inFlight:
-			case !ob.next.After(now):
-				due = append(due, parent)
-			default:
-				wait = min(wait, ob.next.Sub(now))
 			}
 		}
+		if !retryAt.IsZero() {
+			wait = retryAt.Sub(now)
+		}
+		var start []string
+		for len(m.nready) > 0 && len(sem)+len(start) < cap(sem) {
+			parent := m.nready[0]
+			m.nready[0] = ""
+			m.nready = m.nready[1:]
+			ob := m.outboxes[parent]
+			ob.ready, ob.inFlight = false, true
+			start = append(start, parent)
+		}
+		if len(m.nready) == 0 {
+			m.nready = nil // let a burst's backing array go
+		}
 		m.mu.Unlock()
-		for _, parent := range due {
-			select {
-			case sem <- struct{}{}:
-			default: // all workers busy: the next round takes it
-				wait = min(wait, notifyBackoffMin)
-				continue
-			}
-			m.mu.Lock()
-			m.outboxes[parent].inFlight = true
-			m.mu.Unlock()
+		for _, parent := range start {
+			sem <- struct{}{}
 			workers.Add(1)
 			go func() {
 				defer workers.Done()
 				defer func() { <-sem }()
-				m.deliverNext(m.ctx, parent)
+				next := m.drain(m.ctx, parent)
+				m.mu.Lock()
+				if !next.IsZero() && (retryAt.IsZero() || next.Before(retryAt)) {
+					retryAt = next
+				}
+				m.mu.Unlock()
 				select {
 				case m.nqWake <- struct{}{}:
 				default:
@@ -182,6 +214,36 @@ func (m *Manager) notifyLoop() {
 		case <-m.nqWake:
 		case <-m.cfg.clock.After(wait):
 		}
+	}
+}
+
+// drain delivers parent's due notifications, oldest first, for the worker that has the
+// parent (its outbox is in flight), and gives the parent up: when its queue is empty, when it
+// must wait for a retry (returning when), when the Manager closes, or after notifyBatch
+// notifications while another parent waits for a worker.
+func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
+	for n := 1; ; n++ {
+		m.deliverNext(ctx, parent)
+		m.mu.Lock()
+		ob := m.outboxes[parent]
+		switch {
+		case len(ob.queue) == 0:
+			ob.inFlight = false
+			delete(m.outboxes, parent)
+		case ob.next.After(m.now()):
+			ob.inFlight = false
+			retry = ob.next
+		case ctx.Err() != nil:
+			ob.inFlight = false // flushNotifications takes it
+		case n >= notifyBatch && len(m.nready) > 0:
+			ob.inFlight = false
+			m.readyLocked(parent, ob)
+		default:
+			m.mu.Unlock()
+			continue
+		}
+		m.mu.Unlock()
+		return retry
 	}
 }
 
@@ -205,15 +267,13 @@ func (m *Manager) flushNotifications() {
 }
 
 // deliverNext makes one attempt at parent's oldest pending notification and reports
-// whether it is done with it (delivered, failed or gone).
+// whether it is done with it (delivered, failed or gone). The caller has the parent: no
+// other goroutine delivers its notifications meanwhile.
 func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	defer m.recoverAndLog("delivering a notification")
 	m.mu.Lock()
 	ob := m.outboxes[parent]
 	if ob == nil || len(ob.queue) == 0 {
-		if ob != nil {
-			ob.inFlight = false
-		}
 		m.mu.Unlock()
 		return false
 	}
@@ -224,28 +284,24 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		note = noteLocked(e, ref.key)
 	}
 	if note == nil || note.State != NotificationPending { // cleared meanwhile
-		ob.queue = ob.queue[1:]
-		ob.inFlight = false
+		ob.pop()
 		m.mu.Unlock()
 		return true
 	}
 	n, agent := *note, e.task.ParentAgent
 	m.mu.Unlock()
 
-	actx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout) // a lookup or two, then the post
-	err := m.attempt(actx, e, parent, agent, n)
-	cancel()
+	err := m.attemptSafely(ctx, e, parent, agent, n)
 
 	m.mu.Lock()
 	defer func() {
-		ob.inFlight = false
 		m.changedLocked(e)
 		m.mu.Unlock()
 		m.persist(e)
 	}()
 	note = noteLocked(e, ref.key)
 	if note == nil || e.removed {
-		ob.queue = ob.queue[1:]
+		ob.pop()
 		return true
 	}
 	now := m.now()
@@ -268,9 +324,33 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", note.Key, "attempt", note.Attempts, "next", note.Next, "err", err)
 		return false
 	}
-	ob.queue = ob.queue[1:]
+	ob.pop()
 	ob.next = time.Time{}
 	return true
+}
+
+// pop drops the oldest notification of the queue.
+func (ob *outbox) pop() {
+	ob.queue[0] = noteRef{}
+	ob.queue = ob.queue[1:]
+	if len(ob.queue) == 0 {
+		ob.queue = nil // let a burst's backing array go
+	}
+}
+
+// attemptSafely makes one attempt, bounded by twice the request timeout (a lookup or two,
+// then the post). A panic (in the Client or the Store) is logged and counts as a failed
+// attempt, retried like any other.
+func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.cfg.logger.Error("asyncagents: panic delivering a notification", "key", n.Key, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("asyncagents: panic delivering a notification: %v", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout)
+	defer cancel()
+	return m.attempt(ctx, e, parent, agent, n)
 }
 
 // attempt delivers n unless an earlier attempt already did: a notification that was posted
