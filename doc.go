@@ -77,8 +77,10 @@
 //
 // # Goroutines and panics
 //
-// A Manager is safe for concurrent use. It owns a fixed number of goroutines, whatever the
-// number of tasks, and [Manager.Close] stops them and waits. A panic in one of them — in the
+// A Manager is safe for concurrent use. It owns a bounded number of goroutines, whatever the
+// number of tasks — a handful always, and during a burst of run ends up to 64 reading
+// sessions ([WithReconcilers]) and 32 posting notifications, one parent session each — and
+// [Manager.Close] stops them and waits. A panic in one of them — in the
 // [opencode.Client], the [Store] or the Manager itself — does not reach the host: while
 // reading one task's messages it ends that task in [StatusError] with the panic's value and
 // stack; anywhere else it is logged ([WithLogger]) and the goroutine goes on. Methods called
