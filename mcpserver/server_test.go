@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -303,22 +304,25 @@ func TestKeepalive(t *testing.T) {
 	if res.IsError || took < 600*time.Millisecond || !strings.Contains(textOf(res), "running") {
 		t.Fatalf("output after %v: %s", took, textOf(res))
 	}
+	// The client handles notifications on goroutines of their own: one sent just before the
+	// result may be handled after CallTool returned. Let those land, then none may follow.
+	time.Sleep(150 * time.Millisecond)
 	mu.Lock()
-	n := len(tokens)
+	got := slices.Clone(tokens)
 	mu.Unlock()
-	if want := int(took / (40 * time.Millisecond)); n < want/2 || n > want {
-		t.Fatalf("%d progress notifications in %v, want about %d", n, took, want)
+	if want := int(took / (40 * time.Millisecond)); len(got) < want/2 || len(got) > want+1 {
+		t.Fatalf("%d progress notifications in %v, want about %d", len(got), took, want)
 	}
-	for _, tok := range tokens {
+	for _, tok := range got {
 		if tok != "tok-1" {
 			t.Fatalf("progress token %v", tok)
 		}
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(tokens) != n {
-		t.Fatalf("%d progress notifications after the result", len(tokens)-n)
+	if len(tokens) != len(got) {
+		t.Fatalf("%d progress notifications after the result", len(tokens)-len(got))
 	}
 }
 
