@@ -137,8 +137,11 @@ func BenchmarkFakeClientBurstP3(b *testing.B) {
 //
 //	idle-done-p50/p99-ms  from that frame to Task.Completed
 //	idle-read-p50-ms      from that frame to the start of the message read that decided the
-//	                      task (GET /session/{id}/message?limit=8): the Manager's own delay
+//	                      task (GET /session/{id}/message?limit=8): the Manager's own delay;
+//	                      over the tasks decided by a read
 //	read-p50-ms           how long that read took, the server busy ending the other runs
+//	by-read-%             tasks decided by a read started after that frame; the others were
+//	                      decided from what the event stream carried
 //	idle-note-p50-ms      from that frame to the notification's Delivered time
 //	quiet-read-p50-ms     the same read on the finished sessions one at a time, after the
 //	                      round: what it costs on a quiet server
@@ -156,6 +159,7 @@ func BenchmarkRealServerP3(b *testing.B) {
 	b.ReportMetric(millis(quantile(r.done, 0.99)), "idle-done-p99-ms")
 	b.ReportMetric(millis(quantile(r.lag, 0.5)), "idle-read-p50-ms")
 	b.ReportMetric(millis(quantile(r.read, 0.5)), "read-p50-ms")
+	b.ReportMetric(100*float64(len(r.read))/float64(len(r.done)), "by-read-%")
 	b.ReportMetric(millis(quantile(r.note, 0.5)), "idle-note-p50-ms")
 	b.ReportMetric(millis(quantile(r.quiet, 0.5)), "quiet-read-p50-ms")
 	b.ReportMetric(r.launch.Seconds()/float64(b.N), "launch-s")
@@ -311,9 +315,9 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 			b.Fatalf("no idle frame seen for %s", t.ID)
 		}
 		r.done = append(r.done, t.Completed.Sub(idle))
-		var decided [2]time.Time // the last read before the task was completed: the one that decided
+		var decided [2]time.Time // the last read after the idle frame before the task was completed: the one that decided
 		for _, rd := range rt.reads[t.ID] {
-			if !rd[1].After(t.Completed) {
+			if !rd[0].Before(idle) && !rd[1].After(t.Completed) {
 				decided = rd
 			}
 		}
@@ -622,7 +626,7 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 			read, msgs := ph.phases(id)
 			r.read = append(r.read, read.Sub(idleAt[i]))
 			r.reconciles++
-			if msgs.Before(read) {
+			if !msgs.IsZero() && msgs.Before(read) {
 				r.early++ // decided before the event loop read its idle: by the status poll
 			}
 		}
@@ -1159,10 +1163,11 @@ func (s *leanServer) end(id string) time.Time {
 	step := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartStepStart}
 	text := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartText}
 	s.emit(opencode.EventMessagePartUpdate, partProps(step))
-	s.emit(opencode.EventMessagePartUpdate, partProps(text))
+	start := time.Now().UnixMilli()
+	s.emit(opencode.EventMessagePartUpdate, partProps(text, start))
 	text.Text = "Found 3 warnings in " + id + "."
 	s.emit(opencode.EventMessagePartDelta, []byte(`{"sessionID":"`+id+`","messageID":"`+a.Info.ID+`","partID":"`+text.ID+`","field":"text","delta":`+strconv.Quote(text.Text)+`}`))
-	s.emit(opencode.EventMessagePartUpdate, partProps(text))
+	s.emit(opencode.EventMessagePartUpdate, partProps(text, start, time.Now().UnixMilli()))
 	finish := opencode.Part{ID: s.id("prt", false), SessionID: id, MessageID: a.Info.ID, Type: opencode.PartStepFinish}
 	s.emit(opencode.EventMessagePartUpdate, partProps(finish))
 	a.Info.Finish, a.Info.Time.Completed = "stop", time.Now().UnixMilli()
@@ -1390,7 +1395,9 @@ func messageProps(i opencode.MessageInfo) []byte {
 	return append(b, "}}"...)
 }
 
-func partProps(p opencode.Part) []byte {
+// partProps returns the properties of a message.part.updated event of p; for an assistant's
+// text part, times are its time.start and, once the text is whole, its time.end.
+func partProps(p opencode.Part, times ...int64) []byte {
 	b := make([]byte, 0, 360)
 	b = append(b, `{"sessionID":"`...)
 	b = append(b, p.SessionID...)
@@ -1409,6 +1416,15 @@ func partProps(p opencode.Part) []byte {
 		b = appendQuote(b, p.Text)
 		if p.Synthetic {
 			b = append(b, `,"synthetic":true`...)
+		}
+		if len(times) > 0 { // an assistant's text: its start, and its end once whole
+			b = append(b, `,"time":{"start":`...)
+			b = strconv.AppendInt(b, times[0], 10)
+			if len(times) > 1 {
+				b = append(b, `,"end":`...)
+				b = strconv.AppendInt(b, times[1], 10)
+			}
+			b = append(b, '}')
 		}
 	case opencode.PartStepFinish:
 		b = append(b, `,"reason":"stop","tokens":{"total":120,"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}},"cost":0`...)

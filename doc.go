@@ -26,9 +26,16 @@
 //
 // A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an
-// ended task, which is [StatusResumed] until that run ends. The end of a run is read from
-// the server's event stream (GET /global/event), with a poll of GET /session/status as the
-// fallback, and confirmed from the session's latest messages.
+// ended task, which is [StatusResumed] until that run ends. The end of a run is seen on the
+// server's event stream (GET /global/event), with a poll of GET /session/status as the
+// fallback. A run that ends with a reply is completed from what the stream carried of it
+// (its messages and the reply's text) when the stream carried the whole run: it was
+// delivering events, without a reconnect, from before the prompt was sent to the idle event,
+// and the reply was complete at that idle, and the server has never answered within
+// 250 µs (a server over HTTP; a Client in the same process answers faster, and a read
+// costs it less). Otherwise — and for every run that ends in an error, an abort or a halt —
+// the end is decided from a read of the session's latest messages
+// (GET /session/{id}/message). Both give the same result.
 //
 // A forked task receives the parent's messages as text before its prompt, after three
 // steps of package fork: only what follows the latest compaction summary, older tool

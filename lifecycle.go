@@ -3,7 +3,6 @@ package asyncagents
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -99,6 +98,9 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 		return
 	}
 	defer stream.Close()
+	// A new connection: the mirrors of runs started before it no longer follow their runs.
+	epoch := m.epoch.Add(1)
+	defer m.live.Store(0)
 	m.enqueueActive()
 	m.catchUpPermissions(false) // requests asked while no stream was open
 	for ev, err := range stream.All() {
@@ -107,7 +109,10 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 			return
 		}
 		b.Reset()
-		m.handle(q, ev)
+		if ev.Type != opencode.EventServerConnected && ev.Type != opencode.EventServerHeartbeat && m.live.Load() != epoch {
+			m.live.Store(epoch) // delivering: runs whose prompt is sent from now on are followed whole
+		}
+		m.handle(q, ev, epoch)
 	}
 }
 
@@ -128,6 +133,9 @@ type runEvent struct {
 	typ, sid string
 	status   string                    // the status type of a session.status event
 	p        *opencode.EventProperties // the decoded properties, or nil
+	// An idle event of a run whose log holds the whole run: the log and its frames.
+	mirror *runLog
+	reply  []logFrame
 }
 
 func (q *eventQueue) push(ev runEvent) {
@@ -196,15 +204,28 @@ func (m *Manager) applySafelyLocked(ev runEvent) {
 	m.applyLocked(ev)
 }
 
-// handle applies one event: the status and idle events of a run, several per task, and
-// activity go through q, without a decode; the others are decoded once the session is known
-// to be a task's, and applied after those queued before them.
-func (m *Manager) handle(q *eventQueue, ev opencode.Event) {
+// handle applies one event of connection epoch: the status and idle events of a run,
+// several per task, and activity go through q, without a decode; message and part events
+// update the mirrors of task sessions' runs; the others are decoded once the session is
+// known to be a task's, and applied after those queued before them.
+func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	defer m.recoverAndLog("handling an event")
 	switch ev.Type {
 	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
-		opencode.EventMessagePartUpdate, opencode.EventSessionDeleted,
-		opencode.EventPermissionAsked, opencode.EventPermissionReplied:
+		opencode.EventSessionDeleted, opencode.EventPermissionAsked, opencode.EventPermissionReplied:
+	case opencode.EventMessagePartUpdate:
+		m.partUpdated(q, ev)
+		return
+	case opencode.EventMessageUpdated:
+		if l := m.mirrorOf(eventSession(ev)); l != nil {
+			l.add(logFrame{props: ev.Properties, msg: true})
+		}
+		return
+	case opencode.EventMessageRemoved, opencode.EventMessagePartRemoved:
+		if l := m.mirrorOf(eventSession(ev)); l != nil {
+			l.broken, l.frames = true, nil
+		}
+		return
 	case opencode.EventMessagePartDelta:
 		if m.cfg.stale > 0 { // streaming text is activity, nothing else
 			if sid := ev.SessionID(); sid != "" {
@@ -215,15 +236,6 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event) {
 	default:
 		return
 	}
-	// Only tool parts count for progress; the other part updates are activity at most.
-	if ev.Type == opencode.EventMessagePartUpdate && !bytes.Contains(ev.Properties, []byte(`"type":"tool"`)) {
-		if m.cfg.stale > 0 {
-			if sid := ev.SessionID(); sid != "" {
-				q.push(runEvent{sid: sid})
-			}
-		}
-		return
-	}
 	// The session id first: events of other sessions cost no more.
 	sid := ev.SessionID()
 	if sid == "" {
@@ -231,11 +243,15 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event) {
 	}
 	switch ev.Type {
 	case opencode.EventSessionIdle:
-		q.push(runEvent{typ: ev.Type, sid: sid})
+		q.push(m.idleEvent(runEvent{typ: ev.Type, sid: sid}, epoch))
 		return
 	case opencode.EventSessionStatus:
 		if typ, ok := statusType(ev.Properties); ok {
-			q.push(runEvent{typ: ev.Type, sid: sid, status: typ})
+			re := runEvent{typ: ev.Type, sid: sid, status: typ}
+			if typ == "idle" {
+				re = m.idleEvent(re, epoch)
+			}
+			q.push(re)
 			return
 		}
 	}
@@ -251,25 +267,127 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event) {
 	if !active {
 		return
 	}
-	var (
-		p   opencode.EventProperties
-		err error
-	)
-	if ev.Type == opencode.EventMessagePartUpdate {
-		if p.Part, err = toolPart(ev); err != nil || p.Part == nil {
-			return
-		}
-	} else if p, err = ev.Decode(); err != nil {
+	p, err := ev.Decode()
+	if err != nil {
 		return
 	}
 	re := runEvent{typ: ev.Type, sid: sid, p: &p}
 	if p.Status != nil {
-		re.status = p.Status.Type
+		if re.status = p.Status.Type; re.status == "idle" {
+			re = m.idleEvent(re, epoch)
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.applyQueuedLocked(q, true)
 	m.applyLocked(re)
+}
+
+// idleEvent adds to an idle event of a session the frames its run's log recorded, when
+// connection epoch carried the whole run.
+func (m *Manager) idleEvent(re runEvent, epoch uint64) runEvent {
+	if l := m.mirrorOf([]byte(re.sid)); l != nil {
+		if frames := l.snapshot(epoch); frames != nil {
+			re.mirror, re.reply = l, frames
+		}
+	}
+	return re
+}
+
+// partUpdated handles message.part.updated: the part goes to the mirror of the session's run,
+// a tool part of a task's run counts for progress, and any part of a run is activity. The
+// part events of other sessions cost a session id (not copied), a map lookup and a byte
+// search: only a tool part of a session without a mirror is looked up further, and decoded
+// once the session is known to be a task's.
+func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
+	sid := eventSession(ev)
+	if len(sid) == 0 {
+		return
+	}
+	r := m.mirrorOf(sid)
+	if r != nil && r.broken {
+		r = nil
+	}
+	tool, streamed := partTypes(ev.Properties)
+	switch {
+	case r != nil && !tool && !streamed: // a part written once: a mirror needs none
+		m.activity(q, sid)
+		return
+	case r == nil && !tool:
+		m.activity(q, sid)
+		return
+	case r == nil:
+		m.mu.Lock()
+		m.applyQueuedLocked(q, true)
+		e := m.tasks[string(sid)]
+		active := e != nil && e.task.Status.Active()
+		m.mu.Unlock()
+		if !active {
+			return
+		}
+	}
+	if r != nil && !tool { // text or reasoning: decoded when the run is decided
+		r.add(logFrame{props: ev.Properties})
+		m.activity(q, sid)
+		return
+	}
+	p, ok := decodePart(ev.Properties)
+	if r != nil {
+		if ok {
+			r.add(logFrame{tool: &p})
+		} else {
+			r.add(logFrame{props: ev.Properties})
+		}
+	}
+	if !ok || p.Type != opencode.PartTool {
+		m.activity(q, sid)
+		return
+	}
+	part := &opencode.Part{ID: p.ID, Type: opencode.PartTool, Tool: p.Tool}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applyQueuedLocked(q, true)
+	m.applyLocked(runEvent{typ: ev.Type, sid: string(sid), p: &opencode.EventProperties{Part: part}})
+}
+
+// partTypes reports whether a part's properties hold "type":"tool", and "type":"text" or
+// "type":"reasoning" (parts that stream), without decoding them.
+func partTypes(props []byte) (tool, streamed bool) {
+	const key = `"type":"`
+	for i := bytes.Index(props, []byte(key)); i >= 0; {
+		rest := props[i+len(key):]
+		switch {
+		case bytes.HasPrefix(rest, []byte(`tool"`)):
+			tool = true
+		case bytes.HasPrefix(rest, []byte(`text"`)), bytes.HasPrefix(rest, []byte(`reasoning"`)):
+			streamed = true
+		}
+		j := bytes.Index(rest, []byte(key))
+		if j < 0 {
+			break
+		}
+		i += len(key) + j
+	}
+	return tool, streamed
+}
+
+// activity records an event of session sid as activity, when the stale watchdog is on.
+func (m *Manager) activity(q *eventQueue, sid []byte) {
+	if m.cfg.stale > 0 {
+		q.push(runEvent{sid: string(sid)})
+	}
+}
+
+// eventSession returns the session id of an event: without a copy when OpenCode wrote it
+// first in the properties, as it does.
+func eventSession(ev opencode.Event) []byte {
+	if sid := sessionID(ev.Properties); sid != nil {
+		return sid
+	}
+	if sid := ev.SessionID(); sid != "" {
+		return []byte(sid)
+	}
+	return nil
 }
 
 // applyLocked applies an event of a task's run.
@@ -292,13 +410,13 @@ func (m *Manager) applyLocked(ev runEvent) {
 	e.active = m.now()
 	switch ev.typ {
 	case opencode.EventSessionIdle:
-		m.enqueueLocked(e.task.ID, true)
+		m.idleLocked(e, ev)
 	case opencode.EventSessionStatus:
 		switch ev.status {
 		case "":
 			return
 		case "idle":
-			m.enqueueLocked(e.task.ID, true)
+			m.idleLocked(e, ev)
 		case "retry":
 			e.retry = p.Status.Message
 			m.busyLocked(e)
@@ -319,6 +437,16 @@ func (m *Manager) applyLocked(ev runEvent) {
 		e.task.Permission = nil
 		m.changedLocked(e)
 	}
+}
+
+// idleLocked queues a reconcile of e's run, whose session was seen idle: from the messages
+// of the run's mirror when the idle event carries them, else from a read.
+func (m *Manager) idleLocked(e *entry, ev runEvent) {
+	e.streamed = nil
+	if ev.mirror != nil && ev.mirror == e.mirror {
+		e.streamed = ev.reply
+	}
+	m.enqueueLocked(e.task.ID, true)
 }
 
 // statusType returns the type of a session.status event's status when it has no other field,
@@ -342,22 +470,6 @@ func statusType(props []byte) (typ string, ok bool) {
 		return "busy", true
 	}
 	return "", false
-}
-
-// toolPart decodes the id and tool name of a message.part.updated event's part, and
-// returns nil for parts that are not tool parts.
-func toolPart(ev opencode.Event) (*opencode.Part, error) {
-	var p struct {
-		Part struct {
-			ID   string `json:"id"`
-			Type string `json:"type"`
-			Tool string `json:"tool"`
-		} `json:"part"`
-	}
-	if err := json.Unmarshal(ev.Properties, &p); err != nil || p.Part.Type != opencode.PartTool {
-		return nil, err
-	}
-	return &opencode.Part{ID: p.Part.ID, Type: p.Part.Type, Tool: p.Part.Tool}, nil
 }
 
 // watchdog is a task whose deadline or stale timeout fired.
@@ -737,6 +849,9 @@ type reconcileJob struct {
 	id  string
 	rc  int
 	run manager.Run
+	// streamed holds the frames the run's log recorded when the session went idle, when the
+	// stream carried the whole run; nil otherwise.
+	streamed []logFrame
 }
 
 // nextReconcileLocked takes the next queued reconcile of a task that is still active.
@@ -754,15 +869,19 @@ func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
 		if e == nil || !e.task.Status.Active() {
 			continue
 		}
-		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle}}, true
+		streamed := e.streamed
+		e.streamed = nil
+		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle},
+			streamed: streamed}, true
 	}
 	m.rqOrder = nil // let a burst's backing array go
 	return reconcileJob{}, false
 }
 
-// reconcile reads the task session's latest messages and decides whether the run ended.
-// A panic (in the Client or in deciding) ends the task in StatusError with the panic's value
-// and stack.
+// reconcile decides whether the run ended: from the messages its mirror had when the session
+// went idle, when they hold a completed reply, else from a read of the task session's latest
+// messages. A panic (in the Client or in deciding) ends the task in StatusError with the
+// panic's value and stack.
 func (m *Manager) reconcile(r reconcileJob) {
 	e, rc, run, id := r.e, r.rc, r.run, r.id
 	defer func() {
@@ -772,9 +891,22 @@ func (m *Manager) reconcile(r reconcileJob) {
 		}
 	}()
 
+	if r.streamed != nil && m.replays() {
+		if msgs := replay(r.streamed, run.Baseline); msgs != nil {
+			if v := manager.Decide(msgs, run); v.Outcome == manager.Completed {
+				m.streamDecided.Add(1) // before the task shows as completed
+				if !m.finish(e, rc, StatusCompleted, v.Result, "") {
+					m.streamDecided.Add(-1)
+				}
+				return
+			}
+		}
+	}
 	ctx, cancel := m.requestCtx()
 	defer cancel()
+	asked := time.Now()
 	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
+	m.quickest.observe(time.Since(asked))
 	if errors.Is(err, opencode.ErrNotFound) {
 		m.finish(e, rc, StatusCancelled, "", "session deleted")
 		return
@@ -816,12 +948,13 @@ func (m *Manager) endWaitsLocked(e *entry) {
 }
 
 // finish moves an active task of run rc to a terminal state once, persists it and queues
-// the parent notification. It does nothing when the run is no longer active.
-func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
+// the parent notification, and reports whether it did: it does nothing when the run is no
+// longer active.
+func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) bool {
 	m.mu.Lock()
 	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
 		m.mu.Unlock()
-		return
+		return false
 	}
 	if e.aborting != nil {
 		st, result, errMsg = e.aborting.status, "", e.aborting.msg
@@ -829,6 +962,7 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	}
 	e.task.Status, e.task.Completed = st, m.now()
 	e.task.Result, e.task.Error = result, errMsg
+	m.dropMirrorLocked(e)
 	e.task.Permission = nil
 	if st == StatusCancelled {
 		e.task.FollowUps = nil // a cancel stops what was queued too
@@ -851,4 +985,5 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) {
 	if followUp {
 		m.sendFollowUp(e)
 	}
+	return true
 }

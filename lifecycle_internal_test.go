@@ -22,3 +22,20 @@ func TestStatusTypeT6(t *testing.T) {
 		}
 	}
 }
+
+// T-6, T-8: the types of a part event are found without a decode, nested ones included.
+func TestPartTypesT6(t *testing.T) {
+	for props, want := range map[string][2]bool{
+		`{"sessionID":"ses_1","part":{"id":"prt_1","type":"step-start"},"time":1}`:                        {false, false},
+		`{"sessionID":"ses_1","part":{"id":"prt_1","type":"text","text":"\"type\":\"tool\""},"time":1}`:   {false, true},
+		`{"sessionID":"ses_1","part":{"type":"reasoning","text":""},"time":1}`:                            {false, true},
+		`{"sessionID":"ses_1","part":{"type":"tool","state":{"attachments":[{"type":"file"}]}},"time":1}`: {true, false},
+		`{"sessionID":"ses_1","part":{"state":{"attachments":[{"type":"text"}]},"type":"tool"},"time":1}`: {true, true},
+		`{"sessionID":"ses_1","part":{"type":"textual"},"time":1}`:                                        {false, false},
+		``: {false, false},
+	} {
+		if tool, streamed := partTypes([]byte(props)); tool != want[0] || streamed != want[1] {
+			t.Errorf("partTypes(%s) = %v, %v; want %v", props, tool, streamed, want)
+		}
+	}
+}

@@ -216,6 +216,16 @@ func (g *gatedReads) Messages(ctx context.Context, id string, limit int) ([]open
 	return g.FakeClient.Messages(ctx, id, limit)
 }
 
+// Events keeps the message.updated events from the Manager, so that no run can be decided
+// from the events: every run end is read.
+func (g *gatedReads) Events(ctx context.Context) (opencode.EventStream, error) {
+	s, err := g.FakeClient.Events(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return droppingStream{s, func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
+}
+
 // P-3, T-6: a burst of run ends is read with more reads in flight than WithReconcilers, up
 // to 16 times as many; once the burst is read, the extra goroutines end.
 func TestReconcileBurstIsBoundedP3(t *testing.T) {

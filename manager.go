@@ -57,6 +57,9 @@ type entry struct {
 
 	recent [16]string
 	next   int // ids of tool parts already counted, a ring
+
+	mirror   *runLog    // what the event stream carried of the run (nil for a run started before New)
+	streamed []logFrame // the log's frames at the run's last idle event, when it carried the whole run
 }
 
 // endView is the task as a run ended, for the Outputs that waited for it (entry.ended). It
@@ -122,6 +125,17 @@ type Manager struct {
 
 	seq  uint64                     // changes so far (Change.Seq)
 	subs map[*Subscription]struct{} // live subscriptions
+
+	// The runs the event stream is followed for: task session id → mirror, written under mu
+	// (and mirrorsMu) and read under mirrorsMu alone by the goroutine reading the stream.
+	// epoch numbers the stream's connections; live is the open one once it delivered an
+	// event, else 0.
+	mirrorsMu     sync.RWMutex
+	mirrors       map[string]*runLog
+	epoch, live   atomic.Uint64
+	streamDecided atomic.Int64 // runs completed from their mirror, without a read
+	quickest      quickest     // the server's quickest answer
+	replayFrom    atomic.Int64 // replayFrom, or what a test sets
 }
 
 // New returns a Manager that runs tasks on the OpenCode server behind client (usually an
@@ -161,7 +175,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		waiting:  map[string][]*entry{},
 		limitOf:  map[string]int{},
 		nqWake:   make(chan struct{}, 1),
+		mirrors:  map[string]*runLog{},
 	}
+	m.replayFrom.Store(int64(replayFrom))
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	stored, err := cfg.store.Load(m.ctx)
 	if err != nil {
@@ -416,9 +432,11 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if in.Fork {
 		title = "Background (forked): " + in.Description
 	}
+	asked := time.Now()
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
 		ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})
+	m.quickest.observe(time.Since(asked))
 	if err != nil {
 		return Task{}, fmt.Errorf("asyncagents: create task session: %w", err)
 	}
@@ -444,6 +462,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	b.total++
 	b.active++
 	m.tasks[sess.ID] = e
+	m.startMirrorLocked(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
@@ -945,6 +964,7 @@ func (m *Manager) removeLocked(e *entry) []*entry {
 	m.publishLocked(e, true)
 	delete(m.tasks, id)
 	delete(m.rq, id)
+	m.dropMirrorLocked(e)
 	m.reg.Remove(id)
 	e.removed = true
 	if b := m.batches[e.task.BatchID]; b != nil {

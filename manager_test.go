@@ -259,11 +259,17 @@ func (p *panicky) SessionStatus(ctx context.Context, dir string) (map[string]ope
 	return p.FakeClient.SessionStatus(ctx, dir)
 }
 
+// Events keeps the message.updated events from the Manager, so that every run end is read
+// (a reply would be decided from the events).
 func (p *panicky) Events(ctx context.Context) (opencode.EventStream, error) {
 	if p.events.CompareAndSwap(true, false) {
 		panic("boom in Events")
 	}
-	return p.FakeClient.Events(ctx)
+	s, err := p.FakeClient.Events(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return droppingStream{s, func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
 }
 
 // logRecords collects log messages.

@@ -226,9 +226,10 @@ func WithPermissionPolicy(p PermissionPolicy) Option {
 	return optionFunc(func(cfg *config) { cfg.permissions = p })
 }
 
-// WithReconcilers sets how many goroutines stay ready to read the messages of sessions that
-// went idle. While sessions wait to be read with all of them busy, the Manager adds more, up
-// to 16 times n and at most 64 in all, and lets the extra ones go when the queue is empty.
+// WithReconcilers sets how many goroutines stay ready to decide the runs of sessions that
+// went idle, from a read of their messages or from what the event stream carried of them.
+// While sessions wait with all of them busy, the Manager adds more, up to 16 times n and at
+// most 64 in all, and lets the extra ones go when the queue is empty.
 // Defaults to [DefaultReconcilers]; 1 to 64.
 func WithReconcilers(n int) Option { return optionFunc(func(cfg *config) { cfg.reconcilers = n }) }
 

@@ -104,6 +104,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
 	}
+	m.startMirrorLocked(e)
 	m.batchLocked(t.BatchID).active++
 	if _, ok := m.open[t.ParentSessionID]; !ok {
 		m.open[t.ParentSessionID] = t.BatchID

@@ -19,20 +19,22 @@ import (
 // Event types (Event.Type) of OpenCode's stream. The stream carries more; they are delivered
 // too.
 const (
-	EventServerConnected   = "server.connected" // first event of every stream
-	EventServerHeartbeat   = "server.heartbeat" // every 10 s
-	EventSessionCreated    = "session.created"
-	EventSessionUpdated    = "session.updated"
-	EventSessionDeleted    = "session.deleted"
-	EventSessionStatus     = "session.status" // busy, retry or idle
-	EventSessionIdle       = "session.idle"
-	EventSessionError      = "session.error"
-	EventSessionCompacted  = "session.compacted"
-	EventMessageUpdated    = "message.updated"
-	EventMessagePartUpdate = "message.part.updated"
-	EventMessagePartDelta  = "message.part.delta" // streamed text: {messageID, partID, field, delta}
-	EventPermissionAsked   = "permission.asked"
-	EventPermissionReplied = "permission.replied"
+	EventServerConnected    = "server.connected" // first event of every stream
+	EventServerHeartbeat    = "server.heartbeat" // every 10 s
+	EventSessionCreated     = "session.created"
+	EventSessionUpdated     = "session.updated"
+	EventSessionDeleted     = "session.deleted"
+	EventSessionStatus      = "session.status" // busy, retry or idle
+	EventSessionIdle        = "session.idle"
+	EventSessionError       = "session.error"
+	EventSessionCompacted   = "session.compacted"
+	EventMessageUpdated     = "message.updated"
+	EventMessageRemoved     = "message.removed" // {sessionID, messageID}
+	EventMessagePartUpdate  = "message.part.updated"
+	EventMessagePartDelta   = "message.part.delta" // streamed text: {messageID, partID, field, delta}
+	EventMessagePartRemoved = "message.part.removed"
+	EventPermissionAsked    = "permission.asked"
+	EventPermissionReplied  = "permission.replied"
 )
 
 // ErrStreamStalled ends an [EventStream] of [HTTPClient] when no frame (not even

@@ -43,8 +43,8 @@ type permissionClient interface {
 //
 // The checks: session creation and lookup (id shape and order, default titles, child
 // sessions, an unknown id matching [opencode.ErrNotFound] as an [*opencode.APIError]); a
-// NoReply prompt; a PromptAsync run with a bash tool (the order and shapes of its events and
-// its final messages); a blocking Prompt; Messages with a limit; MessagesBefore paging; the status of a busy session
+// NoReply prompt; a PromptAsync run with a bash tool (the order and shapes of its events, the
+// reply carried whole by the events before the idle, and its final messages); a blocking Prompt; Messages with a limit; MessagesBefore paging; the status of a busy session
 // and its abort; abort of an idle and an unknown session; the agent list; an unknown agent
 // and an unknown model; a failed model call; a permission request and a session rule that
 // allows it; and the event stream contract of [opencode.EventStream]. When c also has Permissions and ReplyPermission methods, like [opencode.HTTPClient] and
@@ -567,6 +567,22 @@ func checkRun(k *checker) {
 		k.errorf("last step: finish %q, parts %v; want stop, [step-start text step-finish]", a2.Info.Finish, got)
 	} else if t := a2.Parts[1].Text; t != "Ran 1 command(s); last output: conformance-run" {
 		k.errorf("reply text %q", t)
+	}
+	// The events up to the first idle carry the reply whole: its text part with an end time
+	// and the final text, and its info completed with finish stop.
+	var streamed string
+	completed := false
+	for _, e := range evs {
+		if p := e.p.Part; e.Type == opencode.EventMessagePartUpdate && p != nil && p.MessageID == a2.Info.ID &&
+			p.Type == opencode.PartText && strings.Contains(string(p.Raw), `"end":`) {
+			streamed = p.Text
+		}
+		if i, ok := e.info(); ok && i.ID == a2.Info.ID && i.Finish == "stop" && i.Time.Completed != 0 {
+			completed = true
+		}
+	}
+	if len(a2.Parts) > 1 && (streamed != a2.Parts[1].Text || !completed) {
+		k.errorf("events before the idle: final text %q, completed %v; want %q, true", streamed, completed, a2.Parts[1].Text)
 	}
 	if last2 := k.messages(s.ID, 2); len(last2) != 2 || last2[0].Info.ID != a1.Info.ID || last2[1].Info.ID != a2.Info.ID {
 		k.errorf("Messages(limit 2) = %d messages, want the last two, oldest first", len(last2))

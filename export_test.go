@@ -1,0 +1,15 @@
+package asyncagents
+
+// Hooks for the tests of package asyncagents_test; compiled only with the tests.
+
+// StreamDecided returns how many runs m completed from what the event stream carried of
+// them, without reading their messages.
+func StreamDecided(m *Manager) int64 { return m.streamDecided.Load() }
+
+// StreamLive reports whether m's event stream is connected and has delivered an event: runs
+// launched from now on are followed on it.
+func StreamLive(m *Manager) bool { return m.live.Load() != 0 }
+
+// ReplayAlways makes m decide every run the event stream carried whole from its frames,
+// however fast the server answers. Call it before launching.
+func ReplayAlways(m *Manager) { m.replayFrom.Store(0) }

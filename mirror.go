@@ -1,0 +1,383 @@
+package asyncagents
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// A run that ends with a reply is decided from what the event stream carried of it, when the
+// stream carried all of it: the run's message.updated and message.part.updated events are
+// recorded (runLog), and on the run's idle event a runMirror rebuilt from them gives its
+// messages to manager.Decide as a read's would, without the read. When the server ends many runs at once, it answers
+// the reads one after another; the events have already arrived.
+//
+// A mirror decides only a reply that is complete in it: the newest message of the run is an
+// assistant message with a completion time and a finish other than "tool-calls", without an
+// error, and every part of it that was seen is final (a text or reasoning part with its end
+// time, a tool part completed or failed). The stream must also have been delivering events
+// without a break since before the run's prompt was sent: a mirror belongs to the connection
+// that was live when it was created (Manager.live; OpenCode sends server.connected before the
+// subscription is live, so a connection counts from the first other event it delivers).
+// Anything else — an error, which OpenCode may add after the first idle, an abort, a halt, an
+// early idle, a removed message, a frame that does not decode, a reconnect — leaves the run to
+// a read, as before.
+
+// A replay costs the Manager some CPU (decoding the run's frames) where a read costs a round
+// trip to the server and its decoding. Runs are decided from their frames when the server has
+// never answered the Manager's session creations and message reads within replayFrom (a
+// server over HTTP takes milliseconds), and read when it has (a Client in the same process
+// answers within microseconds, and may hand its messages over without decoding anything:
+// then a read is the cheaper). The quickest answer decides, not a typical one, so that a busy
+// host, which slows every answer, does not make an in-process Client look remote.
+const replayFrom = 250 * time.Microsecond
+
+// quickest is the shortest time the server has taken to answer the Manager's session
+// creations and message reads, in nanoseconds; 0 before the first answer.
+type quickest struct{ d atomic.Int64 }
+
+// observe adds the duration of one answer.
+func (q *quickest) observe(d time.Duration) {
+	n := max(int64(d), 1)
+	for {
+		old := q.d.Load()
+		if old != 0 && old <= n || q.d.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// replays reports whether runs are decided from their frames: the server has answered, and
+// never within replayFrom.
+func (m *Manager) replays() bool {
+	d := m.quickest.d.Load()
+	return d != 0 && time.Duration(d) >= time.Duration(m.replayFrom.Load())
+}
+
+// hashSeed hashes the message.updated events of mirrors, to skip repeated ones.
+var hashSeed = maphash.MakeSeed()
+
+// maxMirrored bounds the messages a mirror keeps (the run's user messages and its newest);
+// a run with more is decided from a read.
+const maxMirrored = 64
+
+// runMirror is what the event stream carried of one run of a task session: the infos of the
+// run's user messages and of its newest message, and the parts of the newest message (text
+// parts whole, the others only as final or not: [manager.Decide] reads no other part). It is
+// built by replay from a runLog.
+type runMirror struct {
+	epoch    uint64 // the live connection when it was created (Manager.live), or 0
+	baseline string // the messages up to this id belong to earlier runs
+
+	msgs   []opencode.Message // oldest first: user messages, then the newest if it is not one
+	parts  []mirroredPart     // of the newest message, when it is an assistant message
+	last   uint64             // hash of the last message.updated applied: OpenCode sends some twice
+	done   []opencode.Message // the run's messages once an idle event found its reply complete
+	broken bool               // something it cannot follow was seen: decide from a read
+}
+
+// mirroredPart is a part of the newest message: a text part whole, others by id alone.
+type mirroredPart struct {
+	part  opencode.Part
+	final bool
+}
+
+// runLog is what the event stream carried of one run of a task session, as it came: the
+// goroutine reading the stream only records the frames a runMirror needs (message.updated,
+// and the updates of text, reasoning and tool parts; a tool part already decoded for
+// progress), and the reconciler that takes the run's idle event replays them into a mirror.
+// So a burst of run ends costs the reader a copy per frame, and the decoding is spread over
+// the reconcilers. It is created before the run's prompt is sent, replaced when the next run
+// starts and dropped when the run ends; only the reader appends to it.
+type runLog struct {
+	epoch    uint64 // the live connection when it was created (Manager.live), or 0
+	baseline string // the messages up to this id belong to earlier runs
+	frames   []logFrame
+	size     int  // bytes held by frames
+	broken   bool // something it cannot follow was seen: decide from a read
+}
+
+// logFrame is one recorded frame: the properties of a message.updated event (msg) or of a
+// text or reasoning part's update, or a tool part decoded.
+type logFrame struct {
+	props []byte
+	msg   bool
+	tool  *partEvent
+}
+
+// Bounds of a runLog: a run that streams more is decided from a read.
+const (
+	maxLogBytes  = 1 << 20
+	maxLogFrames = 4096
+)
+
+// add records a frame, or gives up on the run when the log is full.
+func (l *runLog) add(f logFrame) {
+	if l.broken {
+		return
+	}
+	if l.size += len(f.props); l.size > maxLogBytes || len(l.frames) >= maxLogFrames {
+		l.broken, l.frames = true, nil
+		return
+	}
+	if f.props != nil {
+		f.props = bytes.Clone(f.props)
+	}
+	l.frames = append(l.frames, f)
+}
+
+// snapshot returns the frames recorded so far when connection epoch, which delivered the idle
+// event asking, is the one the log was created on and nothing broke it; nil otherwise. The
+// frames returned are not changed by later appends.
+func (l *runLog) snapshot(epoch uint64) []logFrame {
+	if l.epoch == 0 || l.epoch != epoch || l.broken || len(l.frames) == 0 {
+		return nil
+	}
+	return l.frames[:len(l.frames):len(l.frames)]
+}
+
+// replay returns the run's messages as a read would return what Decide reads, from the frames
+// the stream carried of a run after baseline, when they hold its complete reply; nil otherwise.
+func replay(frames []logFrame, baseline string) []opencode.Message {
+	r := &runMirror{epoch: 1, baseline: baseline}
+	for _, f := range frames {
+		switch {
+		case f.tool != nil:
+			r.part(f.tool, true)
+		case f.msg:
+			r.message(f.props)
+		default:
+			p, ok := decodePart(f.props)
+			r.part(&p, ok)
+		}
+	}
+	return r.reply(1)
+}
+
+// mirrorOf returns the log of the current run of the task session sid, or nil. It does not
+// allocate.
+func (m *Manager) mirrorOf(sid []byte) *runLog {
+	if len(sid) == 0 {
+		return nil
+	}
+	m.mirrorsMu.RLock()
+	defer m.mirrorsMu.RUnlock()
+	return m.mirrors[string(sid)]
+}
+
+// startMirrorLocked gives e's run, whose prompt is about to be sent, a new log, when runs
+// are decided from their frames; otherwise the reader records nothing for it.
+func (m *Manager) startMirrorLocked(e *entry) {
+	m.dropMirrorLocked(e)
+	if !m.replays() {
+		return
+	}
+	e.mirror = &runLog{epoch: m.live.Load(), baseline: e.baseline}
+	m.mirrorsMu.Lock()
+	m.mirrors[e.task.ID] = e.mirror
+	m.mirrorsMu.Unlock()
+}
+
+// dropMirrorLocked forgets the log of e's run, which has ended.
+func (m *Manager) dropMirrorLocked(e *entry) {
+	if e.mirror != nil {
+		m.mirrorsMu.Lock()
+		if m.mirrors[e.task.ID] == e.mirror {
+			delete(m.mirrors, e.task.ID)
+		}
+		m.mirrorsMu.Unlock()
+	}
+	e.mirror, e.streamed = nil, nil
+}
+
+// sessionID returns the session id of an event as OpenCode writes it, first in the
+// properties ({"sessionID":"ses_…",…}), without a copy; nil for any other shape.
+func sessionID(props []byte) []byte {
+	const lead = `{"sessionID":"`
+	if rest, ok := bytes.CutPrefix(props, []byte(lead)); ok {
+		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return rest[:i]
+		}
+	}
+	return nil
+}
+
+// messageEvent is what a mirror reads of a message.updated event: what Decide reads of the
+// info (id, role, completion time, finish, error).
+type messageEvent struct {
+	Info struct {
+		ID     string `json:"id"`
+		Role   string `json:"role"`
+		Finish string `json:"finish"`
+		Time   struct {
+			Completed int64 `json:"completed"`
+		} `json:"time"`
+		Error *opencode.Error `json:"error"`
+	} `json:"info"`
+}
+
+// message applies the properties of a message.updated event.
+func (r *runMirror) message(props []byte) {
+	if !r.following() {
+		return
+	}
+	if h := maphash.Bytes(hashSeed, props); h != r.last {
+		r.last = h
+	} else {
+		return
+	}
+	var ev messageEvent
+	if err := json.Unmarshal(props, &ev); err != nil || ev.Info.ID == "" {
+		r.broken = true
+		return
+	}
+	info := &ev.Info
+	if info.ID <= r.baseline {
+		return
+	}
+	i, found := slices.BinarySearchFunc(r.msgs, info.ID, func(m opencode.Message, id string) int { return strings.Compare(m.Info.ID, id) })
+	user := info.Role == opencode.RoleUser
+	switch {
+	case found:
+	case i < len(r.msgs): // older than the newest: Decide reads no such assistant message
+		if !user {
+			return
+		}
+	default: // the newest: an assistant message before it is no longer needed
+		if n := len(r.msgs); n > 0 && r.msgs[n-1].Info.Role != opencode.RoleUser {
+			r.msgs = r.msgs[:n-1]
+			i--
+		}
+		r.parts = r.parts[:0]
+	}
+	if !found {
+		if len(r.msgs) == maxMirrored {
+			r.removed()
+			return
+		}
+		r.msgs = slices.Insert(r.msgs, i, opencode.Message{Info: opencode.MessageInfo{ID: info.ID}})
+	}
+	in := &r.msgs[i].Info
+	in.Role, in.Finish, in.Time.Completed, in.Error = info.Role, info.Finish, info.Time.Completed, info.Error
+}
+
+// partEvent is what the Manager reads of a message.part.updated event's part: what progress
+// counts (a tool part's id and tool) and what a mirror keeps; the rest (a tool's input and
+// output) is skipped.
+type partEvent struct {
+	ID        string `json:"id"`
+	MessageID string `json:"messageID"`
+	Type      string `json:"type"`
+	Tool      string `json:"tool"`    // tool
+	Text      string `json:"text"`    // text
+	Ignored   bool   `json:"ignored"` // text
+	Time      struct {
+		End int64 `json:"end"`
+	} `json:"time"` // text, reasoning
+	State struct {
+		Status string `json:"status"`
+	} `json:"state"` // tool
+}
+
+// decodePart reads the part of a message.part.updated event's properties; ok is false when
+// they hold none.
+func decodePart(props []byte) (p partEvent, ok bool) {
+	var ev struct {
+		Part *partEvent `json:"part"`
+	}
+	if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
+		return partEvent{}, false
+	}
+	return *ev.Part, ev.Part.ID != "" && ev.Part.Type != ""
+}
+
+// final reports whether a part will not change: streamed text and reasoning end with an end
+// time, a tool call when it completed or failed; other parts are written once.
+func (p *partEvent) final() bool {
+	switch p.Type {
+	case opencode.PartText, opencode.PartReasoning:
+		return p.Time.End != 0
+	case opencode.PartTool:
+		return p.State.Status == opencode.ToolCompleted || p.State.Status == opencode.ToolError
+	}
+	return true
+}
+
+// part applies a message.part.updated event, read by decodePart.
+func (r *runMirror) part(p *partEvent, ok bool) {
+	if !r.following() {
+		return
+	}
+	if !ok || p.MessageID == "" {
+		r.broken = true
+		return
+	}
+	if p.MessageID <= r.baseline {
+		return
+	}
+	n := len(r.msgs)
+	if n == 0 || r.msgs[n-1].Info.ID < p.MessageID { // a part of a message not seen
+		r.broken = true
+		return
+	}
+	if last := &r.msgs[n-1].Info; last.ID != p.MessageID || last.Role == opencode.RoleUser {
+		return // an older message's, or a prompt's: Decide reads neither
+	}
+	i, found := slices.BinarySearchFunc(r.parts, p.ID, func(q mirroredPart, id string) int { return strings.Compare(q.part.ID, id) })
+	if !found {
+		r.parts = slices.Insert(r.parts, i, mirroredPart{part: opencode.Part{ID: p.ID, MessageID: p.MessageID, Type: p.Type}})
+	}
+	mp := &r.parts[i]
+	mp.final = p.final()
+	if mp.part.Type == opencode.PartText {
+		mp.part.Text, mp.part.Ignored = p.Text, p.Ignored
+	}
+}
+
+// following reports whether the mirror still takes events: it neither lost track of the run
+// nor holds its reply.
+func (r *runMirror) following() bool { return !r.broken && r.done == nil }
+
+// removed applies message.removed and message.part.removed: the mirror no longer follows.
+func (r *runMirror) removed() { r.broken, r.msgs, r.parts = true, nil, nil }
+
+// reply returns the run's messages, oldest first, as a read of them would return what
+// Decide reads, when the mirror holds a complete reply and connection epoch, which delivered
+// the idle event asking, is the one it was created on; nil otherwise. Once it found the
+// reply complete, the mirror keeps those messages and follows the run no further: an idle
+// event ends the run.
+func (r *runMirror) reply(epoch uint64) []opencode.Message {
+	if r.epoch == 0 || r.epoch != epoch {
+		return nil
+	}
+	if r.done != nil || r.broken {
+		return r.done
+	}
+	n := len(r.msgs)
+	if n == 0 {
+		return nil
+	}
+	last := r.msgs[n-1].Info
+	if last.Role != opencode.RoleAssistant || last.Error != nil || last.Time.Completed == 0 ||
+		last.Finish == "" || last.Finish == "tool-calls" {
+		return nil
+	}
+	var parts []opencode.Part
+	for _, p := range r.parts {
+		if !p.final {
+			return nil
+		}
+		if p.part.Type == opencode.PartText {
+			parts = append(parts, p.part)
+		}
+	}
+	r.done, r.msgs, r.parts = r.msgs, nil, nil
+	r.done[n-1].Parts = parts
+	return r.done
+}
