@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -554,28 +553,10 @@ func openStream(t *testing.T, e *env, lastID string, hdr ...string) *stream {
 
 func (s *stream) read() {
 	defer close(s.done)
-	sc := bufio.NewScanner(s.resp.Body)
-	sc.Buffer(nil, 16<<20)
-	var ev event
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if ev != (event{}) {
-				s.events <- ev
-			}
-			ev = event{}
-		case strings.HasPrefix(line, ":"):
-			s.events <- event{name: "comment", data: line}
-		case strings.HasPrefix(line, "id: "):
-			ev.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			ev.name = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			ev.data = line[6:]
-		case strings.HasPrefix(line, "retry: "):
-		}
-	}
+	dashboard.ReadSSE(s.resp.Body, func(ev dashboard.SSEEvent) bool {
+		s.events <- event{id: ev.ID, name: ev.Name, data: ev.Data}
+		return true
+	})
 }
 
 func (s *stream) close() {

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -60,23 +59,12 @@ func events(t *testing.T, srv *httptest.Server) <-chan sse {
 	go func() {
 		defer close(done)
 		defer close(c)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 16<<20)
-		var ev sse
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "" && ev.name != "":
-				c <- ev
-				ev = sse{}
-			case strings.HasPrefix(line, "id: "):
-				ev.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				ev.name = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				ev.data = line[6:]
+		ReadSSE(resp.Body, func(ev SSEEvent) bool {
+			if ev.Name != "comment" {
+				c <- sse{id: ev.ID, name: ev.Name, data: ev.Data}
 			}
-		}
+			return true
+		})
 	}()
 	t.Cleanup(func() { resp.Body.Close(); <-done })
 	return c
