@@ -22,7 +22,7 @@ import (
 // assistant message with a completion time and a finish other than "tool-calls", without an
 // error, and every part of it that was seen is final (a text or reasoning part with its end
 // time, a tool part completed or failed). The stream must also have been delivering events
-// without a break since before the run's prompt was sent: a mirror belongs to the connection
+// without a break since before the run's prompt was sent: a run's log belongs to the connection
 // that was live when it was created (Manager.live; OpenCode sends server.connected before the
 // subscription is live, so a connection counts from the first other event it delivers).
 // Anything else — an error, which OpenCode may add after the first idle, an abort, a halt, an
@@ -72,7 +72,6 @@ const maxMirrored = 64
 // parts whole, the others only as final or not: [manager.Decide] reads no other part). It is
 // built by replay from a runLog.
 type runMirror struct {
-	epoch    uint64 // the live connection when it was created (Manager.live), or 0
 	baseline string // the messages up to this id belong to earlier runs
 
 	msgs   []opencode.Message // oldest first: user messages, then the newest if it is not one
@@ -145,7 +144,7 @@ func (l *runLog) snapshot(epoch uint64) []logFrame {
 // replay returns the run's messages as a read would return what Decide reads, from the frames
 // the stream carried of a run after baseline, when they hold its complete reply; nil otherwise.
 func replay(frames []logFrame, baseline string) []opencode.Message {
-	r := &runMirror{epoch: 1, baseline: baseline}
+	r := &runMirror{baseline: baseline}
 	for _, f := range frames {
 		switch {
 		case f.tool != nil:
@@ -157,7 +156,7 @@ func replay(frames []logFrame, baseline string) []opencode.Message {
 			r.part(&p, ok)
 		}
 	}
-	return r.reply(1)
+	return r.reply()
 }
 
 // mirrorOf returns the log of the current run of the task session sid, or nil. It does not
@@ -348,14 +347,11 @@ func (r *runMirror) following() bool { return !r.broken && r.done == nil }
 func (r *runMirror) removed() { r.broken, r.msgs, r.parts = true, nil, nil }
 
 // reply returns the run's messages, oldest first, as a read of them would return what
-// Decide reads, when the mirror holds a complete reply and connection epoch, which delivered
-// the idle event asking, is the one it was created on; nil otherwise. Once it found the
-// reply complete, the mirror keeps those messages and follows the run no further: an idle
-// event ends the run.
-func (r *runMirror) reply(epoch uint64) []opencode.Message {
-	if r.epoch == 0 || r.epoch != epoch {
-		return nil
-	}
+// Decide reads, when the mirror holds a complete reply; nil otherwise. (Whether the stream
+// carried the whole run is the log's to say: runLog.snapshot.) Once it found the reply
+// complete, the mirror keeps those messages and follows the run no further: an idle event
+// ends the run.
+func (r *runMirror) reply() []opencode.Message {
 	if r.done != nil || r.broken {
 		return r.done
 	}

@@ -74,15 +74,15 @@ func twoSteps() []opencode.Event {
 // T-6: a mirror that saw a whole run on one live connection gives Decide what a read would:
 // the same verdict and result.
 func TestMirrorDecidesAsReadT6(t *testing.T) {
-	r := &runMirror{epoch: 3}
+	r := &runMirror{}
 	evs := twoSteps()
 	for i, ev := range evs {
 		r.apply(ev)
-		if got := r.reply(3); (got != nil) != (i == len(evs)-2 || i == len(evs)-1) {
+		if got := r.reply(); (got != nil) != (i == len(evs)-2 || i == len(evs)-1) {
 			t.Fatalf("after event %d: reply = %v", i, got)
 		}
 	}
-	msgs := r.reply(3)
+	msgs := r.reply()
 	v := manager.Decide(msgs, manager.Run{Idle: true})
 	if v.Outcome != manager.Completed || v.Result != "first\nsecond" {
 		t.Fatalf("Decide on the mirror = %+v", v)
@@ -101,8 +101,11 @@ func TestMirrorDecidesAsReadT6(t *testing.T) {
 	if w := manager.Decide(read, manager.Run{Idle: true}); w != v {
 		t.Errorf("Decide on a read = %+v, on the mirror %+v", w, v)
 	}
-	if r.reply(4) != nil || (&runMirror{}).reply(0) != nil {
-		t.Error("a mirror decided on another connection, or without a live one")
+	// The frames are replayed only for the idle of the connection that carried them all.
+	l := &runLog{epoch: 3}
+	l.add(logFrame{props: evs[0].Properties, msg: true})
+	if l.snapshot(3) == nil || l.snapshot(4) != nil || (&runLog{}).snapshot(0) != nil {
+		t.Error("a log gave its frames for another connection, or without a live one")
 	}
 }
 
@@ -126,33 +129,33 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 			Properties: json.RawMessage(`{"sessionID":"ses_1","info":[]}`)}), run[5:]...),
 		"a newer prompt": append(twoSteps(), msgEvent("msg_06", "user", created)),
 	} {
-		r := &runMirror{epoch: 1}
+		r := &runMirror{}
 		r.apply(evs...)
-		if got := r.reply(1); got != nil {
+		if got := r.reply(); got != nil {
 			t.Errorf("%s: reply = %+v, want nil", name, got)
 		}
 	}
 
 	// A resumed run: the messages up to its baseline are the earlier runs'.
-	r := &runMirror{epoch: 1, baseline: "msg_05"}
+	r := &runMirror{baseline: "msg_05"}
 	r.apply(twoSteps()...)
-	if got := r.reply(1); got != nil || len(r.msgs) != 0 {
+	if got := r.reply(); got != nil || len(r.msgs) != 0 {
 		t.Errorf("the earlier run's events went into the resumed run's mirror: %+v", r.msgs)
 	}
 	r.apply(msgEvent("msg_07", "user", created), msgEvent("msg_08", "assistant", created),
 		partEventJSON("msg_08", "prt_13", `"type":"text","text":"again","time":{"start":1,"end":2}`),
 		msgEvent("msg_08", "assistant", completed+`,"finish":"stop"`))
-	if v := manager.Decide(r.reply(1), manager.Run{Baseline: "msg_05", Idle: true}); v.Outcome != manager.Completed || v.Result != "again" {
+	if v := manager.Decide(r.reply(), manager.Run{Baseline: "msg_05", Idle: true}); v.Outcome != manager.Completed || v.Result != "again" {
 		t.Errorf("resumed run: Decide = %+v", v)
 	}
 
 	// Memory is bounded: a run of more messages than maxMirrored is left to a read.
-	r = &runMirror{epoch: 1}
+	r = &runMirror{}
 	for i := range maxMirrored + 1 {
 		r.apply(msgEvent(fmt.Sprintf("msg_%03d", i), "user", created))
 	}
 	r.apply(msgEvent("msg_999", "assistant", completed+`,"finish":"stop"`))
-	if r.reply(1) != nil || len(r.msgs) > 1 {
+	if r.reply() != nil || len(r.msgs) > 1 {
 		t.Errorf("a mirror of %d messages kept %d and decided", maxMirrored+2, len(r.msgs))
 	}
 }
