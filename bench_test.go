@@ -899,7 +899,7 @@ type leanServer struct {
 	mu       sync.RWMutex
 	sessions map[string]*leanSession
 	busy     map[string]struct{}
-	streams  map[*leanStream]struct{}
+	streams  []*leanStream // a slice, not a map: emit ranges over it for every event
 }
 
 type leanSession struct {
@@ -923,7 +923,7 @@ var leanEpoch = time.Now()
 const leanDir = "/bench/project"
 
 func newLeanBackend() scaleBackend {
-	return &leanServer{sessions: map[string]*leanSession{}, busy: map[string]struct{}{}, streams: map[*leanStream]struct{}{}}
+	return &leanServer{sessions: map[string]*leanSession{}, busy: map[string]struct{}{}}
 }
 
 var errLeanClosed = fmt.Errorf("leanServer closed: %w", net.ErrClosed)
@@ -932,7 +932,7 @@ func (s *leanServer) Close() error {
 	s.closed.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for st := range s.streams {
+	for _, st := range s.streams {
 		st.close()
 	}
 	return nil
@@ -943,7 +943,7 @@ func (*leanServer) goroutinesPerRun() int { return 0 }
 func (s *leanServer) settled() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for st := range s.streams {
+	for _, st := range s.streams {
 		if st.unread.Load() > 0 {
 			return false
 		}
@@ -1172,8 +1172,9 @@ func (s *leanServer) end(id string) time.Time {
 	s.emit(opencode.EventMessagePartUpdate, partProps(finish))
 	a.Info.Finish, a.Info.Time.Completed = "stop", time.Now().UnixMilli()
 	a.Parts = []opencode.Part{step, text, finish}
-	s.emit(opencode.EventMessageUpdated, messageProps(a.Info))
-	s.emit(opencode.EventMessageUpdated, messageProps(a.Info))
+	done := messageProps(a.Info) // sent twice, as the fake does; the stream's reader only reads it
+	s.emit(opencode.EventMessageUpdated, done)
+	s.emit(opencode.EventMessageUpdated, done)
 	s.emit(opencode.EventSessionStatus, statusProps(id, "busy"))
 	ss.run = -1
 	s.mu.Lock()
@@ -1249,7 +1250,7 @@ func (s *leanServer) Events(ctx context.Context) (opencode.EventStream, error) {
 	}
 	st := &leanStream{srv: s, ctx: ctx, wake: make(chan struct{}, 1)}
 	s.mu.Lock()
-	s.streams[st] = struct{}{}
+	s.streams = append(s.streams, st)
 	s.mu.Unlock()
 	st.push(leanEvent{Event: opencode.Event{Type: opencode.EventServerConnected, Properties: []byte(`{}`)}})
 	return st, nil
@@ -1263,7 +1264,7 @@ func (s *leanServer) emit(typ string, props []byte) { s.emitMarked(typ, props, n
 func (s *leanServer) emitMarked(typ string, props []byte, mark *leanSession) {
 	ev := leanEvent{Event: opencode.Event{Directory: leanDir, Type: typ, Properties: props}, mark: mark}
 	s.mu.RLock()
-	for st := range s.streams {
+	for _, st := range s.streams {
 		st.push(ev)
 	}
 	s.mu.RUnlock()
@@ -1342,25 +1343,54 @@ func sessionPropsParts(i *opencode.Session) [2][]byte {
 }
 
 // appendQuote appends s quoted as strconv.AppendQuote does (and as JSON reads it, for the
-// texts these events carry), without its cost for printable text with quotes and newlines.
+// texts these events carry), without its cost for printable text with quotes and newlines:
+// the runs between the bytes to escape are appended whole.
 func appendQuote(b []byte, s string) []byte {
-	for _, r := range s {
-		if r == utf8.RuneError || r < ' ' && r != '\n' || r >= 0x7f && !strconv.IsPrint(r) {
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c < ' ' && c != '\n' || c == 0x7f {
+				return strconv.AppendQuote(b, s)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
 			return strconv.AppendQuote(b, s)
 		}
+		i += n
 	}
 	b = append(b, '"')
+	start := 0
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
+		var esc byte
+		switch s[i] {
 		case '"', '\\':
-			b = append(b, '\\', c)
+			esc = s[i]
 		case '\n':
-			b = append(b, '\\', 'n')
+			esc = 'n'
 		default:
-			b = append(b, c)
+			continue
+		}
+		b = append(b, s[start:i]...)
+		b = append(b, '\\', esc)
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// TestLeanAppendQuote checks that the bench server's quoting writes what strconv.AppendQuote
+// writes, on the texts its events carry and on the ones it hands to strconv.
+func TestLeanAppendQuote(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", `say "hi" \ bye`, "two\nlines\n", "✓ **Agent \"scan\" finished in 3m 4s.**\nTask Progress: 1/2",
+		"tab\there", "bell\a", "del\x7f", "bad \xff utf-8", "\ufffd", "zero\u200bwidth", "emoji 🙂",
+	} {
+		if got, want := string(appendQuote([]byte("x"), s)), string(strconv.AppendQuote([]byte("x"), s)); got != want {
+			t.Errorf("appendQuote(%q) = %s, want %s", s, got, want)
 		}
 	}
-	return append(b, '"')
 }
 
 func messageProps(i opencode.MessageInfo) []byte {
@@ -1398,7 +1428,7 @@ func messageProps(i opencode.MessageInfo) []byte {
 // partProps returns the properties of a message.part.updated event of p; for an assistant's
 // text part, times are its time.start and, once the text is whole, its time.end.
 func partProps(p opencode.Part, times ...int64) []byte {
-	b := make([]byte, 0, 360)
+	b := make([]byte, 0, 360+len(p.Text)+len(p.Text)/8)
 	b = append(b, `{"sessionID":"`...)
 	b = append(b, p.SessionID...)
 	b = append(b, `","part":{"id":"`...)
@@ -1545,7 +1575,7 @@ func (st *leanStream) All() iter.Seq2[opencode.Event, error] {
 
 func (st *leanStream) Close() error {
 	st.srv.mu.Lock()
-	delete(st.srv.streams, st)
+	st.srv.streams = slices.DeleteFunc(st.srv.streams, func(o *leanStream) bool { return o == st })
 	st.srv.mu.Unlock()
 	st.close()
 	return nil

@@ -1,9 +1,7 @@
 package opencode
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 )
@@ -15,19 +13,27 @@ import (
 // ([PromptRequest.MessageID]) sorts after the session's messages even when the server's
 // clock is ahead.
 func NewMessageID(now time.Time, after string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
+	r := rand.Uint64()     // math/rand/v2's generator: unpredictable enough for an id, and no system call
 	const mask = 1<<48 - 1 // OpenCode keeps the low 48 bits; compare what is written
-	v := (uint64(now.UnixMilli())<<12 | uint64(binary.BigEndian.Uint16(b[:2])&0xfff)) & mask
+	v := (uint64(now.UnixMilli())<<12 | r>>52) & mask
 	if len(after) >= 16 && after[:4] == "msg_" {
 		if last, err := strconv.ParseUint(after[4:16], 16, 64); err == nil && v <= last {
 			v = (last + 1) & mask
 		}
 	}
-	const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	id := []byte(fmt.Sprintf("msg_%012x", v))
-	for _, c := range b[2:] {
-		id = append(id, base62[int(c)%len(base62)])
+	const hex, base62 = "0123456789abcdef", "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	var id [4 + 12 + 14]byte
+	copy(id[:], "msg_")
+	for i := range 12 {
+		id[4+i] = hex[v>>(44-4*i)&15]
 	}
-	return string(id)
+	r2 := rand.Uint64()
+	for i := range 14 {
+		if i == 7 {
+			r = r2
+		}
+		id[16+i] = base62[r%62]
+		r /= 62
+	}
+	return string(id[:])
 }
