@@ -783,8 +783,16 @@ func (s *benchStore) forget() {
 // countingClient counts the calls of each method of the opencode.Client it wraps.
 type countingClient struct {
 	opencode.Client
-	mu    sync.Mutex
-	calls map[string]int64
+	mu     sync.Mutex
+	calls  map[string]int64
+	agents []string // the directories Agents was asked for
+}
+
+// agentDirs returns the directories Agents was asked for, in order.
+func (c *countingClient) agentDirs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.agents)
 }
 
 func (c *countingClient) count(method string) {
@@ -851,9 +859,12 @@ func (c *countingClient) SessionStatus(ctx context.Context, dir string) (map[str
 	return c.Client.SessionStatus(ctx, dir)
 }
 
-func (c *countingClient) Agents(ctx context.Context) ([]opencode.Agent, error) {
+func (c *countingClient) Agents(ctx context.Context, dir string) ([]opencode.Agent, error) {
 	c.count("Agents")
-	return c.Client.Agents(ctx)
+	c.mu.Lock()
+	c.agents = append(c.agents, dir)
+	c.mu.Unlock()
+	return c.Client.Agents(ctx, dir)
 }
 
 func (c *countingClient) Events(ctx context.Context) (opencode.EventStream, error) {
@@ -1235,7 +1246,7 @@ func (s *leanServer) SessionStatus(_ context.Context, dir string) (map[string]op
 	return out, nil
 }
 
-func (s *leanServer) Agents(context.Context) ([]opencode.Agent, error) {
+func (s *leanServer) Agents(context.Context, string) ([]opencode.Agent, error) {
 	return []opencode.Agent{
 		{Name: "build", Mode: "primary"}, {Name: "plan", Mode: "primary"},
 		{Name: "general", Mode: "subagent"}, {Name: "explore", Mode: "subagent"},

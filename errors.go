@@ -31,6 +31,9 @@ var (
 	ErrSessionExpired = errors.New("asyncagents: task session expired")
 	// ErrNestingDepth: the caller is a task at the deepest level WithNestingDepth allows.
 	ErrNestingDepth = errors.New("asyncagents: nesting too deep")
+	// ErrTaskLimit: the caller session has as many active tasks as WithMaxActivePerParent
+	// allows; one must end (or be cancelled) first.
+	ErrTaskLimit = errors.New("asyncagents: too many active tasks")
 	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
 	ErrStoreLocked = errors.New("asyncagents: store locked")
 	// ErrStoreCorrupt: the file is not a FileStore's, or a line of it does not read; the

@@ -82,10 +82,11 @@ func (m *Manager) eventLoop(q *eventQueue) {
 // subscribe reads one connection of the event stream until it ends.
 func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 	defer m.recoverAndLog("the event stream")
-	// The handshake gets the request timeout; the stream, once open, lives until it ends.
+	// The handshake gets the quick request timeout; the stream, once open, lives until it
+	// ends.
 	ctx, cancel := context.WithCancel(m.ctx)
 	defer cancel()
-	handshake := time.AfterFunc(m.cfg.requestTimeout, cancel)
+	handshake := time.AfterFunc(m.quickTimeout(), cancel)
 	stream, err := m.client.Events(ctx)
 	if !handshake.Stop() && err == nil {
 		stream.Close()
@@ -547,6 +548,15 @@ func (m *Manager) requestCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(m.ctx, m.cfg.requestTimeout)
 }
 
+// quickTimeout bounds a request the server answers at once: the status poll, the list of
+// permission requests and the opening of the event stream.
+func (m *Manager) quickTimeout() time.Duration { return min(m.cfg.requestTimeout, QuickRequestTimeout) }
+
+// quickCtx is requestCtx for a request the server answers at once.
+func (m *Manager) quickCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.ctx, m.quickTimeout())
+}
+
 // busyLocked records that the run's session is busy: the poll rechecks it as soon as it
 // is idle again.
 func (m *Manager) busyLocked(e *entry) {
@@ -681,7 +691,7 @@ func (m *Manager) poll() {
 	}
 	m.catchUpPermissions(true)
 	for dir, ids := range dirs {
-		ctx, cancel := m.requestCtx()
+		ctx, cancel := m.quickCtx()
 		st, err := m.client.SessionStatus(ctx, dir)
 		cancel()
 		if err != nil {
@@ -743,7 +753,7 @@ func (m *Manager) catchUpPermissions(quietOnly bool) {
 	}
 	m.mu.Unlock()
 	for dir := range dirs {
-		ctx, cancel := m.requestCtx()
+		ctx, cancel := m.quickCtx()
 		reqs, err := m.client.Permissions(ctx, dir)
 		cancel()
 		if err != nil {
@@ -871,8 +881,7 @@ func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
 		}
 		streamed := e.streamed
 		e.streamed = nil
-		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle},
-			streamed: streamed}, true
+		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
 	}
 	m.rqOrder = nil // let a burst's backing array go
 	return reconcileJob{}, false
@@ -926,6 +935,8 @@ func (m *Manager) reconcile(r reconcileJob) {
 		m.finish(e, rc, StatusCompleted, v.Result, "")
 	case manager.Failed:
 		m.finish(e, rc, StatusError, "", v.Error)
+	case manager.Unsent:
+		m.unsent(e, rc)
 	}
 }
 
@@ -973,6 +984,7 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) boo
 		b.active--
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
 	}
+	m.unreserveLocked(e.task.ParentSessionID)
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // Limits bounds how many tasks run at once. A task counts against the limit of its model
@@ -120,16 +118,32 @@ func (m *Manager) startQueued(start []*entry) {
 	for _, e := range start {
 		m.persist(e)
 		m.mu.Lock()
-		t := e.task.clone()
+		rc := e.task.ResumeCount
 		m.mu.Unlock()
-		model, _ := parseModel(t.Model) // validated at launch
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), m.cfg.requestTimeout)
-		err := m.client.PromptAsync(ctx, t.ID, opencode.PromptRequest{
-			Agent: t.Agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)},
-		})
+		err := m.sendPrompt(ctx, e, rc)
 		cancel()
 		if err != nil {
-			m.failLaunch(e, t.ResumeCount, fmt.Errorf("asyncagents: send prompt of a queued task: %w", err))
+			m.failLaunch(e, rc, fmt.Errorf("asyncagents: send prompt of a queued task: %w", err))
 		}
+	}
+}
+
+// reserveLocked counts one more active task of parent — a launch on its way, or a resume —
+// or returns ErrTaskLimit when parent has as many as WithMaxActivePerParent allows.
+func (m *Manager) reserveLocked(parent string) error {
+	if n := m.activeOf[parent]; m.cfg.perParent > 0 && n >= m.cfg.perParent {
+		return fmt.Errorf("%w: this session has %d active tasks (queued, running or resumed), the most this host allows; "+
+			"wait for one to end (a notification comes) or cancel one", ErrTaskLimit, n)
+	}
+	m.activeOf[parent]++
+	return nil
+}
+
+// unreserveLocked counts one active task of parent fewer: a run ended, a task was removed
+// while active, or a launch failed before its task counted.
+func (m *Manager) unreserveLocked(parent string) {
+	if m.activeOf[parent]--; m.activeOf[parent] <= 0 {
+		delete(m.activeOf, parent)
 	}
 }

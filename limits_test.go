@@ -114,3 +114,57 @@ func TestRealServerConcurrencyLimitT21(t *testing.T) {
 		t.Errorf("second started %v, before first ended %v", got.Started, f.Completed)
 	}
 }
+
+// S-5: WithMaxActivePerParent bounds one parent's active tasks (queued ones count): a launch
+// or resume over it fails with ErrTaskLimit, creates no session and changes no task; other
+// parents are not affected; a run that ends, however it ends, frees a place; the count
+// survives a restart.
+func TestMaxActivePerParentS5(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	counted := &countingClient{Client: f}
+	store := &asyncagents.MemoryStore{}
+	opts := []asyncagents.Option{asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
+		asyncagents.WithStore(store)}
+	m := newManager(t, counted, opts...)
+	caller, other := fakeParent(t, f), fakeParent(t, f)
+	a, b := launch(t, m, caller, "a"), launch(t, m, caller, "b") // running, queued
+	sessions := counted.snapshot()["CreateSession"]
+	in := asyncagents.LaunchInput{Caller: caller, Description: "c", Agent: "general", Prompt: "c"}
+	if got, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrTaskLimit) || got.ID != "" {
+		t.Fatalf("third launch = %+v, %v; want ErrTaskLimit", got, err)
+	}
+	if n := counted.snapshot()["CreateSession"]; n != sessions {
+		t.Errorf("the refused launch created %d sessions", n-sessions)
+	}
+	launch(t, m, other, "x") // another parent has its own count
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m = newManager(t, f, opts...)
+	if _, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrTaskLimit) {
+		t.Fatalf("after a restart: %v, want ErrTaskLimit", err)
+	}
+	if _, err := m.Cancel(context.Background(), caller, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Launch(context.Background(), in); err != nil {
+		t.Fatalf("launch after a cancel freed a place: %v", err)
+	}
+	// a ends, and d takes its place; resuming a would make three active (c and d): refused,
+	// and a is left as it was.
+	_ = f.Release(a.ID, opencodetest.Text("a done"))
+	await(t, m, caller, a.ID)
+	before, _ := m.Get(a.ID)
+	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(context.Background(), caller, a.ID, "more"); !errors.Is(err, asyncagents.ErrTaskLimit) {
+		t.Fatalf("resume over the cap = %v, want ErrTaskLimit", err)
+	}
+	if after, _ := m.Get(a.ID); after.Status != before.Status || after.ResumeCount != before.ResumeCount {
+		t.Errorf("refused resume changed the task: %+v → %+v", before, after)
+	}
+	if _, err := asyncagents.New(f, asyncagents.WithMaxActivePerParent(-1)); !errors.Is(err, asyncagents.ErrInvalidInput) {
+		t.Errorf("negative cap: %v", err)
+	}
+}

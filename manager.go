@@ -48,7 +48,12 @@ type entry struct {
 	retry    string                 // the message of the last retry status
 	baseline string                 // id of the last message before the run's prompt ("" for a new session)
 	seenBusy bool                   // the session went busy during this run
-	sessErr  string                 // the last session.error of this run
+	// The run's prompt (Task.PromptID) is being sent, was last sent at sentAt, and has been
+	// sent sends times (see sendPrompt).
+	sending bool
+	sentAt  time.Time
+	sends   int
+	sessErr string // the last session.error of this run
 
 	// While the status poll finds the session idle and the run undecided, its messages are
 	// read again at recheckAt, with a delay that doubles up to maxRecheck.
@@ -108,6 +113,7 @@ type Manager struct {
 	reg      manager.Registry
 	batches  map[string]*batch // by batch id
 	open     map[string]string // parent → its batch with active tasks
+	activeOf map[string]int    // parent → its queued, running and resumed tasks, and launches on their way
 	rq       map[string]bool   // sessions waiting for a reconcile → the session was seen idle
 	rqOrder  []string
 	rqWake   chan struct{}
@@ -117,8 +123,7 @@ type Manager struct {
 	running  map[string]int     // concurrency limit → runs holding a slot
 	waiting  map[string][]*entry
 	limitOf  map[string]int
-	agents   []string // the server's visible agents, sorted, as of agentsAt
-	agentsAt time.Time
+	agents   map[string]agentList // directory → its instance's visible agents
 
 	agentsOnce singleflight.Group
 	nqWake     chan struct{}
@@ -168,6 +173,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		tasks:    map[string]*entry{},
 		batches:  map[string]*batch{},
 		open:     map[string]string{},
+		activeOf: map[string]int{},
 		rq:       map[string]bool{},
 		rqWake:   make(chan struct{}, 1),
 		outboxes: map[string]*outbox{},
@@ -201,6 +207,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		if !t.Status.Terminal() {
 			b.active++
 			m.open[t.ParentSessionID] = t.BatchID
+			m.activeOf[t.ParentSessionID]++
 		}
 		switch {
 		case t.Status.Active():
@@ -390,8 +397,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 			return Task{}, fmt.Errorf("%w: %s is required", ErrInvalidInput, f.name)
 		}
 	}
-	model, err := parseModel(in.Model)
-	if err != nil {
+	if _, err := parseModel(in.Model); err != nil {
 		return Task{}, err
 	}
 	if in.Deadline < 0 {
@@ -410,7 +416,25 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	if err := m.checkAgent(ctx, in.Agent); err != nil {
+	m.mu.Lock()
+	err = m.reserveLocked(in.Caller.SessionID)
+	m.mu.Unlock()
+	if err != nil {
+		return Task{}, err
+	}
+	registered := false
+	defer func() {
+		if !registered { // the launch failed before its task counted
+			m.mu.Lock()
+			m.unreserveLocked(in.Caller.SessionID)
+			m.mu.Unlock()
+		}
+	}()
+	parent, err := m.client.GetSession(ctx, in.Caller.SessionID)
+	if err != nil {
+		return Task{}, callerErr(in.Caller.SessionID, err)
+	}
+	if err := m.checkAgent(ctx, parent.Directory, in.Agent); err != nil {
 		return Task{}, err
 	}
 
@@ -424,8 +448,6 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 			return Task{}, callerErr(in.Caller.SessionID, err)
 		}
 		injection, stats = r.Injection(), &r.Stats
-	} else if _, err := m.client.GetSession(ctx, in.Caller.SessionID); err != nil {
-		return Task{}, callerErr(in.Caller.SessionID, err)
 	}
 
 	title := "Background: " + in.Description
@@ -434,7 +456,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	}
 	asked := time.Now()
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
-		ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
+		Directory: parent.Directory, ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})
 	m.quickest.observe(time.Since(asked))
 	if err != nil {
@@ -458,25 +480,26 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		e.task.BatchID = open // joins the batch of the parent's active tasks
 	}
 	m.open[in.Caller.SessionID] = e.task.BatchID
+	var injectID string
+	if injection != "" {
+		injectID = opencode.NewMessageID(m.now(), "")
+		e.baseline = injectID
+	}
+	m.newPromptIDLocked(e, injectID)
 	b := m.batchLocked(e.task.BatchID)
 	b.total++
 	b.active++
 	m.tasks[sess.ID] = e
+	registered = true // its reservation is the task's count now
 	m.startMirrorLocked(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
 
 	if injection != "" {
-		msg, err := m.client.Prompt(ctx, sess.ID, opencode.PromptRequest{
-			NoReply: true, Agent: in.Agent, Parts: []opencode.TextPartInput{opencode.NewSyntheticText(injection)},
-		})
-		if err != nil {
+		if err := m.injectContext(ctx, sess.ID, injectID, in.Agent, injection); err != nil {
 			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
 		}
-		m.mu.Lock()
-		e.baseline = msg.Info.ID
-		m.mu.Unlock()
 	}
 	if status == StatusQueued {
 		m.mu.Lock()
@@ -493,10 +516,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		m.mu.Unlock()
 		m.persist(e)
 	}
-	err = m.client.PromptAsync(ctx, sess.ID, opencode.PromptRequest{
-		Agent: in.Agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(in.Prompt)},
-	})
-	if err != nil {
+	if err := m.sendPrompt(ctx, e, 0); err != nil {
 		return m.failLaunch(e, 0, fmt.Errorf("asyncagents: send prompt: %w", err))
 	}
 	return m.snapshot(e), nil
@@ -528,17 +548,28 @@ func (m *Manager) failLaunch(e *entry, rc int, err error) (Task, error) {
 // against a fresh list before it is refused.
 const agentsTTL = 30 * time.Second
 
-// checkAgent verifies the agent against GET /agent (hidden agents do not count). The list is
-// cached for agentsTTL; concurrent launches share one request.
-func (m *Manager) checkAgent(ctx context.Context, name string) error {
+// maxAgentLists bounds the directories whose agent lists are cached; past it the cache
+// starts over.
+const maxAgentLists = 64
+
+// agentList is the visible agents of one instance, sorted, as of at.
+type agentList struct {
+	names []string
+	at    time.Time
+}
+
+// checkAgent verifies the agent against GET /agent of dir's instance (hidden agents do not
+// count; a project may define its own). Each directory's list is cached for agentsTTL;
+// concurrent launches share one request.
+func (m *Manager) checkAgent(ctx context.Context, dir, name string) error {
 	m.mu.Lock()
-	known, fresh := m.agents, m.now().Sub(m.agentsAt) < agentsTTL
+	l := m.agents[dir]
 	m.mu.Unlock()
-	if fresh && slices.Contains(known, name) {
+	if m.now().Sub(l.at) < agentsTTL && slices.Contains(l.names, name) {
 		return nil
 	}
-	v, err, _ := m.agentsOnce.Do("agents", func() (any, error) {
-		agents, err := m.client.Agents(ctx)
+	v, err, _ := m.agentsOnce.Do(dir, func() (any, error) {
+		agents, err := m.client.Agents(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -550,14 +581,18 @@ func (m *Manager) checkAgent(ctx context.Context, name string) error {
 		}
 		sort.Strings(names)
 		m.mu.Lock()
-		m.agents, m.agentsAt = names, m.now()
+		if m.agents == nil || len(m.agents) >= maxAgentLists {
+			m.agents = map[string]agentList{}
+		}
+		m.agents[dir] = agentList{names: names, at: m.now()}
 		m.mu.Unlock()
 		return names, nil
 	})
 	if err != nil {
 		return fmt.Errorf("asyncagents: list agents: %w", err)
 	}
-	if known = v.([]string); slices.Contains(known, name) {
+	known := v.([]string)
+	if slices.Contains(known, name) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
@@ -971,6 +1006,7 @@ func (m *Manager) removeLocked(e *entry) []*entry {
 		b.total--
 		if !e.task.Status.Terminal() {
 			b.active--
+			m.unreserveLocked(e.task.ParentSessionID)
 		}
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
 	}

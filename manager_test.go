@@ -497,3 +497,34 @@ func fakeBusy(f *opencodetest.FakeClient, id string) bool {
 	_, ok := st[id]
 	return err == nil && ok
 }
+
+// T-4a: a task runs in its parent session's directory, whatever the client's default: its
+// session is created there, its agent is checked against that directory's agents, and the
+// poll asks that directory's status.
+func TestLaunchInParentDirectoryT4a(t *testing.T) {
+	f := fakeClient(t)
+	c := &countingClient{Client: f}
+	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
+	parent, err := f.CreateSession(context.Background(), opencode.CreateSessionRequest{Directory: "/work/other", Title: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := asyncagents.Caller{SessionID: parent.ID}
+	for _, fork := range []bool{false, true} {
+		task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general",
+			Prompt: "RUN:pwd", Fork: fork})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, err := f.GetSession(context.Background(), task.ID)
+		if err != nil || sess.Directory != "/work/other" || task.Directory != "/work/other" {
+			t.Fatalf("fork %v: task in %q, session %+v, %v", fork, task.Directory, sess, err)
+		}
+		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "/work/other") {
+			t.Errorf("fork %v: %s %q", fork, got.Status, got.Result)
+		}
+	}
+	if dirs := c.agentDirs(); !slices.Equal(dirs, []string{"/work/other"}) {
+		t.Errorf("agents asked for %q, want the parent's directory once", dirs)
+	}
+}

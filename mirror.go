@@ -208,13 +208,15 @@ func sessionID(props []byte) []byte {
 }
 
 // messageEvent is what a mirror reads of a message.updated event: what Decide reads of the
-// info (id, role, completion time, finish, error).
+// info (id, the user message an assistant message answers, role, completion time, finish,
+// error).
 type messageEvent struct {
 	Info struct {
-		ID     string `json:"id"`
-		Role   string `json:"role"`
-		Finish string `json:"finish"`
-		Time   struct {
+		ID       string `json:"id"`
+		ParentID string `json:"parentID"`
+		Role     string `json:"role"`
+		Finish   string `json:"finish"`
+		Time     struct {
 			Completed int64 `json:"completed"`
 		} `json:"time"`
 		Error *opencode.Error `json:"error"`
@@ -263,7 +265,7 @@ func (r *runMirror) message(props []byte) {
 		r.msgs = slices.Insert(r.msgs, i, opencode.Message{Info: opencode.MessageInfo{ID: info.ID}})
 	}
 	in := &r.msgs[i].Info
-	in.Role, in.Finish, in.Time.Completed, in.Error = info.Role, info.Finish, info.Time.Completed, info.Error
+	in.Role, in.ParentID, in.Finish, in.Time.Completed, in.Error = info.Role, info.ParentID, info.Finish, info.Time.Completed, info.Error
 }
 
 // partEvent is what the Manager reads of a message.part.updated event's part: what progress

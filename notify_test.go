@@ -22,7 +22,9 @@ type flaky struct {
 	*opencodetest.FakeClient
 	mu   sync.Mutex
 	down map[string]bool
-	lose int
+	// The answers of the next lose prompts with a message id to session loseIn are lost.
+	lose   int
+	loseIn string
 }
 
 var errUnreachable = errors.New("flaky: connection refused")
@@ -49,7 +51,7 @@ func (c *flaky) PromptAsync(ctx context.Context, id string, req opencode.PromptR
 	err := c.FakeClient.PromptAsync(ctx, id, req)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil && c.lose > 0 && req.MessageID != "" {
+	if err == nil && c.lose > 0 && req.MessageID != "" && id == c.loseIn {
 		c.lose--
 		return errors.New("flaky: connection reset after the request was sent")
 	}
@@ -101,9 +103,9 @@ func waitNotifications(t *testing.T, c opencode.Client, parent string, n int) []
 // message id before the retry and not posted again.
 func TestNotificationAnswerLostIsNotDuplicated(t *testing.T) {
 	f := fakeClient(t)
-	c := &flaky{FakeClient: f, lose: 1}
-	m := newManager(t, c, asyncagents.WithNotifyNoReply(false))
 	caller := fakeParent(t, f)
+	c := &flaky{FakeClient: f, lose: 1, loseIn: caller.SessionID}
+	m := newManager(t, c, asyncagents.WithNotifyNoReply(false))
 	task := launch(t, m, caller, "RUN:echo once")
 	waitFor(t, 20*time.Second, func() bool {
 		tk, _ := m.Get(task.ID)

@@ -40,8 +40,13 @@ const (
 	MaxNestingDepth = 8
 	// DefaultRequestTimeout bounds each request the Manager's own goroutines make.
 	DefaultRequestTimeout = 30 * time.Second
+	// QuickRequestTimeout bounds the requests of the Manager's own goroutines that the server
+	// answers at once (see [WithRequestTimeout]), when the request timeout is longer.
+	QuickRequestTimeout = 5 * time.Second
 	// MaxFollowUps bounds WithFollowUpQueue.
 	MaxFollowUps = 10
+	// MaxActivePerParent bounds WithMaxActivePerParent.
+	MaxActivePerParent = 10000
 	// DefaultReconcilers is how many goroutines read the messages of sessions that went idle.
 	DefaultReconcilers = 4
 	// DefaultNotifyHorizon is how long a parent notification is retried after its run ended
@@ -75,6 +80,7 @@ type config struct {
 	stale          time.Duration
 	permissions    PermissionPolicy
 	limits         Limits
+	perParent      int
 	reconcilers    int
 	notifyHorizon  time.Duration
 }
@@ -118,6 +124,8 @@ func (c *config) validate() error {
 		return c.limits.validate()
 	case c.requestTimeout <= 0:
 		return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidInput, c.requestTimeout)
+	case c.perParent < 0 || c.perParent > MaxActivePerParent:
+		return fmt.Errorf("%w: active tasks per parent %d must be 0 to %d", ErrInvalidInput, c.perParent, MaxActivePerParent)
 	case c.followUps < 0 || c.followUps > MaxFollowUps:
 		return fmt.Errorf("%w: follow-up queue %d must be 0 to %d", ErrInvalidInput, c.followUps, MaxFollowUps)
 	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
@@ -192,11 +200,26 @@ func WithNestingDepth(n int) Option { return optionFunc(func(cfg *config) { cfg.
 // Defaults to 0: a follow-up for an active task is [ErrTaskBusy]; 0 to [MaxFollowUps].
 func WithFollowUpQueue(n int) Option { return optionFunc(func(cfg *config) { cfg.followUps = n }) }
 
+// WithMaxActivePerParent caps how many tasks of one parent session may be active at once
+// (queued, running or resumed): a [Manager.Launch] or [Manager.Resume] that would make one
+// more fails with [ErrTaskLimit] and changes nothing, creating no session. It bounds what the
+// model of one session can start through the tools (say, a loop that launches hundreds);
+// [WithConcurrency] bounds how many run, of all parents. Defaults to 0: no cap; 0 to
+// [MaxActivePerParent].
+func WithMaxActivePerParent(n int) Option {
+	return optionFunc(func(cfg *config) { cfg.perParent = n })
+}
+
 // WithRequestTimeout bounds each request that the Manager's own goroutines make (status
 // polls, message reads, aborts, notifications, the opening of the event stream), so a server
-// that accepts connections but does not answer — as OpenCode does for a moment while it
-// starts — holds up nothing for long. Operations called by the host use the host's ctx
-// instead. Defaults to [DefaultRequestTimeout]; must be positive.
+// that accepts connections but does not answer — as OpenCode 1.18.33 does, forever, for the
+// requests that arrive in a moment while it starts — holds up nothing for long. The requests
+// a server answers at once whatever its load, the status poll (GET /session/status), the
+// list of permission requests (GET /permission) and the opening of the event stream
+// (GET /global/event), get at most [QuickRequestTimeout] of it,
+// so that runs a restart cut short are found within seconds of the server being back.
+// Operations called by the host use the host's ctx instead. Defaults to
+// [DefaultRequestTimeout]; must be positive.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.requestTimeout = d })
 }

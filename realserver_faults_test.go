@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -527,4 +529,180 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 		}
 	}
 	settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
+}
+
+// T-23, §8: the server is SIGKILLed while one task's model streams and another's bash tool
+// runs, and comes back on the same port and data. Nothing was written for the cut runs (no
+// finish, no error, no completion time), yet each task ends in error ("interrupted") soon
+// after the server is back, with one notification.
+func TestFaultServerKilledT23(t *testing.T) {
+	t.Parallel()
+	srv := opencodetest.Start(t)
+	c := srv.Client()
+	ctx := ctxT(t, 120*time.Second)
+	m := newManager(t, c) // the defaults, as asyncagents serve runs
+	p := fakeParent(t, c)
+	tasks := []asyncagents.Task{
+		launch(t, m, p, "SLEEP:30"),     // the model is streaming
+		launch(t, m, p, "RUN:sleep 30"), // a tool is running
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		st, err := c.SessionStatus(ctx, "")
+		for _, tk := range tasks {
+			if _, busy := st[tk.ID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.ID) {
+				return false
+			}
+		}
+		return true
+	})
+	oldURL := srv.URL
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if srv.URL != oldURL {
+		t.Skip("the server's port was taken during the restart: the direct client cannot follow")
+	}
+	back := time.Now()
+	ended := func() bool {
+		for _, tk := range tasks {
+			if got, err := m.Get(tk.ID); err != nil || got.Status != asyncagents.StatusError {
+				return false
+			}
+		}
+		return true
+	}
+	if !testmain.Eventually(20*time.Second, ended) {
+		for _, tk := range tasks {
+			got, _ := m.Get(tk.ID)
+			msgs, err := srv.Client().Messages(context.Background(), tk.ID, 3)
+			t.Logf("task %s %s %q; last messages (%v):", tk.ID, got.Status, got.Error, err)
+			for _, msg := range msgs {
+				b, _ := json.Marshal(msg)
+				t.Logf("  %s", b)
+			}
+		}
+		t.Fatal("runs cut by the crash not decided 20 s after the server was back")
+	}
+	t.Logf("all tasks ended %v after the server was back", time.Since(back))
+	for _, tk := range tasks {
+		if got, _ := m.Get(tk.ID); !strings.Contains(got.Error, "interrupted") {
+			t.Errorf("task %s error = %q, want interrupted", tk.ID, got.Error)
+		}
+	}
+	waitFor(t, 30*time.Second, func() bool { return delivered(m, tasks[0].ID, tasks[1].ID) })
+	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p.SessionID: 2})
+}
+
+// prompts returns the user messages of session id that carry text, and the number of text
+// parts each has.
+func prompts(t *testing.T, c opencode.Client, id, text string) []int {
+	t.Helper()
+	msgs, err := c.Messages(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []int
+	for _, msg := range msgs {
+		n := 0
+		for _, p := range msg.Parts {
+			if p.Type == opencode.PartText && p.Text == text {
+				n++
+			}
+		}
+		if msg.Info.Role == opencode.RoleUser && n > 0 {
+			parts = append(parts, n)
+		}
+	}
+	return parts
+}
+
+// T-4, T-18, T-21, §8: the answer to a run's prompt is lost, or the prompt never reaches the
+// server, or the server answers and drops it. Launches, forked launches, queued starts and
+// follow-ups alike: the run goes on as the server runs it and ends completed, with one
+// notification, and the server got the prompt once (one message, one text part).
+func TestFaultLostPromptT4(t *testing.T) {
+	t.Parallel()
+	srv := shared.Get(t)
+	type scenario struct {
+		name  string
+		fault func(child string) opencodetest.Fault // the fault on the run's prompt
+		fork  bool
+	}
+	dropped := func(child string) opencodetest.Fault {
+		return opencodetest.Fault{Pattern: "POST /session/" + child + "/prompt_async", DropResponse: true, Times: 1}
+	}
+	for _, sc := range []scenario{
+		{name: "answer lost", fault: dropped},
+		{name: "not forwarded", fault: func(child string) opencodetest.Fault {
+			return opencodetest.Fault{Pattern: "POST /session/" + child + "/prompt_async", Reset: true, Times: 1}
+		}},
+		{name: "acknowledged and dropped", fault: func(child string) opencodetest.Fault {
+			return opencodetest.Fault{Pattern: "POST /session/" + child + "/prompt_async", Status: http.StatusNoContent, Times: 1}
+		}},
+		{name: "forked, context answer lost", fork: true},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy, c := proxied(t, srv)
+			ctx := ctxT(t, 90*time.Second)
+			m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithFollowUpQueue(1),
+				asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+			parent := fakeParent(t, c)
+			in := asyncagents.LaunchInput{Caller: parent, Description: "lost", Agent: "general", Prompt: "RUN:echo first"}
+			if sc.fork {
+				ps, _ := parentWithWork(t, c)
+				parent = asyncagents.Caller{SessionID: ps.ID, Agent: "build"}
+				in.Caller = parent
+				// The first POST …/message of a forked launch is its context (notifications
+				// go with prompt_async).
+				inj := proxy.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/message", DropResponse: true, Times: 1})
+				in.Fork = true
+				task, err := m.Launch(ctx, in)
+				if err != nil || inj.Hits() != 1 {
+					t.Fatalf("forked launch with its context's answer lost = %+v, %v (%d hits)", task, err, inj.Hits())
+				}
+				if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted {
+					t.Fatalf("task = %s %q", got.Status, got.Error)
+				}
+				msgs, err := c.Messages(ctx, task.ID, 0)
+				if err != nil || len(msgs) == 0 || len(msgs[0].Parts) != 1 || !msgs[0].Parts[0].Synthetic {
+					t.Fatalf("context messages = %+v, %v; want one synthetic part first", msgs, err)
+				}
+				settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
+				return
+			}
+			// A blocker holds the one slot, so that the task under test is queued and its
+			// session known before its prompt is sent.
+			blocker := launch(t, m, parent, "SLEEP:1")
+			task, err := m.Launch(ctx, in)
+			if err != nil || task.Status != asyncagents.StatusQueued {
+				t.Fatalf("second launch = %s, %v; want queued", task.Status, err)
+			}
+			start := proxy.Inject(sc.fault(task.ID)) // its queued start
+			if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "first") {
+				t.Fatalf("queued start with a fault (%d hits): %s %q %q", start.Hits(), got.Status, got.Error, got.Result)
+			}
+			follow := proxy.Inject(sc.fault(task.ID)) // a follow-up
+			if _, err := m.Resume(ctx, parent, task.ID, "RUN:echo second"); err != nil {
+				t.Fatal(err)
+			}
+			if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second") {
+				t.Fatalf("follow-up with a fault (%d hits): %s %q %q", follow.Hits(), got.Status, got.Error, got.Result)
+			}
+			if start.Hits() != 1 || follow.Hits() != 1 {
+				t.Errorf("faults hit %d and %d times, want 1 each", start.Hits(), follow.Hits())
+			}
+			for _, p := range []string{"RUN:echo first", "RUN:echo second"} {
+				if got := prompts(t, srv.Client(), task.ID, p); !slices.Equal(got, []int{1}) {
+					t.Errorf("prompt %q reached the server as %v (messages × text parts), want once", p, got)
+				}
+			}
+			waitFor(t, 30*time.Second, func() bool { return delivered(m, blocker.ID, task.ID) })
+			// The blocker, the task and its resume.
+			settle(t, m, srv.Client(), "✓ **", map[string]int{parent.SessionID: 3})
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -530,5 +531,78 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 	}
 	if got := await(t, m, caller, streaming.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "tick 12") {
 		t.Errorf("streaming tool: %s %q %q", got.Status, got.Error, got.Result)
+	}
+}
+
+// T-4a: one server, two projects (the server's own directory and another). Tasks launched
+// from a parent session of each project, plain and forked, run in that project: their
+// sessions belong to its instance, their model is told its directory, their bash runs there,
+// and they complete, are notified and resume as any task, with a client scoped to the first.
+func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
+	srv := shared.Get(t)
+	other, err := srv.NewProject(fmt.Sprintf("other-%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client() // scoped to srv.Directory, as a host's client or `asyncagents serve` is
+	m := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	ctx := ctxT(t, 90*time.Second)
+	for _, dir := range []string{srv.Directory, other} {
+		parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Directory: dir, Title: "parent in " + filepath.Base(dir)})
+		if err != nil || parent.Directory != dir {
+			t.Fatalf("parent in %s = %+v, %v", dir, parent, err)
+		}
+		if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo parent work")}}); err != nil {
+			t.Fatal(err)
+		}
+		caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
+		for _, fork := range []bool{false, true} {
+			mark := fmt.Sprintf("where am I %d", time.Now().UnixNano())
+			task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "where", Agent: "general", Fork: fork,
+				Prompt: mark + "\nRUN:pwd"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if task.Directory != dir {
+				t.Errorf("task of a parent in %s has directory %q", dir, task.Directory)
+			}
+			if sess, err := c.GetSession(ctx, task.ID); err != nil || sess.Directory != dir || sess.ParentID != parent.ID {
+				t.Errorf("child session = %+v, %v; want directory %s, parent %s", sess, err, dir, parent.ID)
+			}
+			if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+				t.Fatalf("task in %s (fork %v): %s %q", dir, fork, got.Status, got.Error)
+			}
+			req := firstRequest(t, srv.Model, mark)
+			if sys := req.System(); !strings.Contains(sys, "Working directory: "+dir+"\n") {
+				t.Errorf("the task's model (parent in %s, fork %v) was told another directory:\n%.1500s", dir, fork, sys)
+			}
+			if out := req.ToolResultsSinceUser(); len(out) > 0 {
+				t.Logf("first request's tool results: %q", out)
+			}
+			msgs, err := c.Messages(ctx, task.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pwd string
+			for _, msg := range msgs {
+				for _, p := range msg.Parts {
+					if p.Type == opencode.PartTool && p.State != nil && p.State.Status == opencode.ToolCompleted {
+						pwd = strings.TrimSpace(p.State.Output)
+					}
+				}
+			}
+			if pwd != dir {
+				t.Errorf("bash in the task (parent in %s, fork %v) ran in %q", dir, fork, pwd)
+			}
+		}
+		// A follow-up runs where the task does.
+		tasks, _ := m.List(caller, "")
+		if _, err := m.Resume(ctx, caller, tasks[0].ID, "RUN:pwd"); err != nil {
+			t.Fatal(err)
+		}
+		if got := await(t, m, caller, tasks[0].ID); got.Status != asyncagents.StatusCompleted || got.Directory != dir {
+			t.Errorf("resumed task: %s %q in %q", got.Status, got.Error, got.Directory)
+		}
+		waitFor(t, 30*time.Second, func() bool { return len(notifications(t, c, parent.ID)) == 3 })
 	}
 }

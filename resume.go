@@ -91,6 +91,10 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 		}
 		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
 	}
+	if err := m.reserveLocked(e.task.ParentSessionID); err != nil {
+		m.mu.Unlock()
+		return Task{}, err
+	}
 	t := &e.task
 	t.Status = StatusResumed
 	t.ResumeCount++
@@ -104,21 +108,18 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
 	}
+	m.newPromptIDLocked(e, e.baseline)
 	m.startMirrorLocked(e)
 	m.batchLocked(t.BatchID).active++
 	if _, ok := m.open[t.ParentSessionID]; !ok {
 		m.open[t.ParentSessionID] = t.BatchID
 	}
 	m.changedLocked(e)
-	rc, agent := t.ResumeCount, t.Agent
-	model, _ := parseModel(t.Model) // validated at launch
+	rc := t.ResumeCount
 	m.mu.Unlock()
 	m.persist(e)
 
-	err = m.client.PromptAsync(ctx, tid, opencode.PromptRequest{
-		Agent: agent, Model: model, Parts: []opencode.TextPartInput{opencode.NewText(prompt)},
-	})
-	if err != nil {
+	if err := m.sendPrompt(ctx, e, rc); err != nil {
 		return m.failLaunch(e, rc, fmt.Errorf("asyncagents: send follow-up: %w", err))
 	}
 	return m.snapshot(e), nil

@@ -68,7 +68,8 @@ type Task struct {
 	ParentAgent     string             `json:"parentAgent,omitempty"`
 	Directory       string             `json:"directory,omitempty"` // the child session's project directory
 	Description     string             `json:"description"`
-	Prompt          string             `json:"prompt"` // of the current run: the follow-up after a resume
+	Prompt          string             `json:"prompt"`             // of the current run: the follow-up after a resume
+	PromptID        string             `json:"promptID,omitempty"` // the id of that prompt's message, chosen by the Manager
 	Agent           string             `json:"agent"`
 	Model           string             `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
 	Status          Status             `json:"status"`

@@ -43,7 +43,7 @@ func Tools(m *Manager) []Tool {
 	return []Tool{
 		{Name: p + "_task", Description: "Launch a sub-agent in the background, in its own session, and keep working: " +
 			"a notification arrives when it ends. Set fork to give it this conversation's context. Set resume to a task id " +
-			"(with prompt) to send a follow-up to a finished task instead. fork and resume exclude each other.",
+			"(with prompt) to send a follow-up to a finished task instead. fork and resume exclude each other." + m.cfg.limitsText(),
 			Parameters: taskSchema.json, Handler: h.task},
 		{Name: p + "_output", Description: fmt.Sprintf("Get a background task's status and, when it completed, its result. "+
 			"Non-blocking by default; set block to wait until it ends (timeout in seconds, default %d, at most %d).", defTimeout, maxTimeout),
@@ -87,7 +87,7 @@ var (
 		"fork": {"type": "boolean", "description": "Give the agent this conversation's context"},
 		"resume": {"type": "string", "description": "Id of a finished task to send the prompt to as a follow-up"},
 		"model": {"type": "string", "description": "Optional model as providerID/modelID"},
-		"deadline": {"type": "number", "minimum": 0, "description": "Seconds the task may run before it is aborted; 0 or absent: the host's default"}},
+		"deadline": {"type": "number", "minimum": 0, "maximum": ` + strconv.Itoa(maxToolDeadline) + `, "description": "Seconds the task may run before it is aborted; 0 or absent: the host's default"}},
 		"required": ["prompt"],
 		"if": {"required": ["resume"]}, "then": {}, "else": {"required": ["description", "agent"]},
 		"additionalProperties": false}`)
@@ -121,6 +121,33 @@ type toolHandlers struct {
 // maxArgError is how many characters of a schema violation an error repeats.
 const maxArgError = 200
 
+// maxToolDeadline is the largest deadline, in seconds, the task tool takes: a week.
+const maxToolDeadline = 7 * 24 * 60 * 60
+
+// limitsText is what the task tool's description says of the limits a host set, so that the
+// model plans with them: "" when there are none.
+func (c *config) limitsText() string {
+	var parts []string
+	if c.perParent > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d of this session's tasks can be active at once (more is an error)", c.perParent))
+	}
+	if c.limits.Default > 0 {
+		parts = append(parts, fmt.Sprintf("beyond %d running at once, new tasks wait queued", c.limits.Default))
+	} else if len(c.limits.Models)+len(c.limits.Providers) > 0 {
+		parts = append(parts, "tasks beyond their model's concurrency limit wait queued")
+	}
+	if c.deadline > 0 {
+		parts = append(parts, fmt.Sprintf("a task running longer than %s is stopped (deadline may only shorten that)", hints.Duration(c.deadline)))
+	}
+	if c.stale > 0 {
+		parts = append(parts, fmt.Sprintf("a task showing no activity for %s is stopped", hints.Duration(c.stale)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " Limits: " + strings.Join(parts, "; ") + "."
+}
+
 var (
 	violationPath  = regexp.MustCompile(`validating /(?:properties/([^:]+)|else|then|if): `)
 	violationValue = regexp.MustCompile(`(?s)type: .* has type ("[a-z]+"), want`) // drops the echoed value
@@ -133,12 +160,28 @@ func decodeArgs(args json.RawMessage, s toolSchema, v any) error {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	var inst any
-	if err := json.Unmarshal(args, &inst); err != nil {
+	if !json.Valid(args) {
 		return fmt.Errorf("%w: arguments must be one JSON object", ErrInvalidInput)
 	}
-	if _, ok := inst.(map[string]any); !ok {
+	var inst any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber() // a number float64 cannot hold is named below, not a decoding failure
+	if err := dec.Decode(&inst); err != nil {
+		return fmt.Errorf("%w: arguments must be one JSON object", ErrInvalidInput)
+	}
+	obj, ok := inst.(map[string]any)
+	if !ok {
 		return fmt.Errorf("%w: arguments must be a JSON object", ErrInvalidInput)
+	}
+	for name, v := range obj {
+		f, err := toFloats(v)
+		if err == nil {
+			err = s.inBounds(name, f)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: bad arguments: %s: %v%s", ErrInvalidInput, echo(name), err, s.bounds(name))
+		}
+		obj[name] = f
 	}
 	if err := s.resolved.Validate(inst); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "validating root: ")
@@ -158,6 +201,66 @@ func decodeArgs(args json.RawMessage, s toolSchema, v any) error {
 	return nil
 }
 
+// bounds says what numbers the schema's property name takes ("; give a number from 0 to
+// 600"), or "" when it says nothing of them.
+func (s toolSchema) bounds(name string) string {
+	p := s.resolved.Schema().Properties[name]
+	switch {
+	case p == nil || p.Minimum == nil && p.Maximum == nil:
+		return ""
+	case p.Maximum == nil:
+		return fmt.Sprintf("; give a number of at least %g", *p.Minimum)
+	case p.Minimum == nil:
+		return fmt.Sprintf("; give a number of at most %g", *p.Maximum)
+	}
+	return fmt.Sprintf("; give a number from %g to %g", *p.Minimum, *p.Maximum)
+}
+
+// inBounds checks a number for the schema's property name against its minimum and maximum,
+// so that the error names the number in short (the validator's spells it out in full).
+func (s toolSchema) inBounds(name string, v any) error {
+	f, ok := v.(float64)
+	p := s.resolved.Schema().Properties[name]
+	if !ok || p == nil || (p.Minimum == nil || f >= *p.Minimum) && (p.Maximum == nil || f <= *p.Maximum) {
+		return nil
+	}
+	return fmt.Errorf("%g is out of range", f)
+}
+
+// toFloats replaces the json.Numbers in a decoded JSON value with float64s, as
+// encoding/json decodes numbers, or says which number float64 cannot hold.
+func toFloats(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			s := string(x)
+			if p, cut := truncate.Prefix(s, 24); cut {
+				s = p + "…"
+			}
+			return nil, fmt.Errorf("number %s is out of range", s)
+		}
+		return f, nil
+	case map[string]any:
+		for k, e := range x {
+			f, err := toFloats(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = f
+		}
+	case []any:
+		for i, e := range x {
+			f, err := toFloats(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = f
+		}
+	}
+	return v, nil
+}
+
 func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
 	var in struct {
 		Description string  `json:"description"`
@@ -173,6 +276,9 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 	}
 	if in.Fork && in.Resume != "" {
 		return "", fmt.Errorf("%w: use fork to start a new task with this conversation's context, resume to continue an existing task", ErrForkResumeConflict)
+	}
+	if d := h.m.cfg.deadline; d > 0 && in.Deadline > d.Seconds() {
+		return "", fmt.Errorf("%w: deadline %g: at most %g seconds, this host's limit", ErrInvalidInput, in.Deadline, d.Seconds())
 	}
 	if in.Resume != "" {
 		t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt)

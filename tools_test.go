@@ -88,7 +88,7 @@ func TestToolsRejectBadArguments(t *testing.T) {
 		{"asyncagents_output", `{}`, asyncagents.ErrInvalidInput, `missing properties: ["task_id"]`},
 		{"asyncagents_output", `{"task_id":""}`, asyncagents.ErrInvalidInput, "task id is required"},
 		{"asyncagents_output", `{"Task_ID":"ses_abcd1234"}`, asyncagents.ErrInvalidInput, `additional properties ["Task_ID"]`},
-		{"asyncagents_output", `{"task_id":"ses_x","timeout":-1}`, asyncagents.ErrInvalidInput, "minimum"},
+		{"asyncagents_output", `{"task_id":"ses_x","timeout":-1}`, asyncagents.ErrInvalidInput, `"timeout": -1 is out of range; give a number of at least 0`},
 		{"asyncagents_output", `{"task_id":"ses_abcd1234"}`, asyncagents.ErrTaskNotFound, "not found"},
 		{"asyncagents_output", `{"task_id":"ses_ab"}`, asyncagents.ErrTaskNotFound, "at least 4"},
 		{"asyncagents_output", `{"task_id":"` + huge + `"}`, asyncagents.ErrTaskNotFound, "xxxx"},
@@ -100,6 +100,18 @@ func TestToolsRejectBadArguments(t *testing.T) {
 		{"asyncagents_task", `{"resume":"ses_abcdefgh","prompt":""}`, asyncagents.ErrInvalidInput, "prompt is required"},
 		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"` + huge + `"}`, nil, ""}, // offline: fails on the request, not echoing
 		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","fork":"` + huge + `"}`, asyncagents.ErrInvalidInput, `want "boolean"`},
+		// Numbers a float64 or a time.Duration cannot hold are named, with their range.
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","deadline":1e300}`, asyncagents.ErrInvalidInput,
+			`"deadline": 1e+300 is out of range; give a number from 0 to 604800`},
+		{"asyncagents_task", `{"prompt":"p","description":"d","agent":"a","deadline":-1}`, asyncagents.ErrInvalidInput,
+			`"deadline": -1 is out of range; give a number from 0 to 604800`},
+		{"asyncagents_output", `{"task_id":"ses_x","timeout":1e999}`, asyncagents.ErrInvalidInput,
+			`"timeout": number 1e999 is out of range; give a number of at least 0`},
+		{"asyncagents_output", `{"task_id":"ses_x","timeout":-1e999}`, asyncagents.ErrInvalidInput, `"timeout": number -1e999 is out of range`},
+		{"asyncagents_output", `{"task_id":"ses_x","message_limit":1e999999999999}`, asyncagents.ErrInvalidInput,
+			`"message_limit": number 1e999999999999 is out of range; give a number from 1 to 100`},
+		{"asyncagents_output", `{"task_id":"ses_x","timeout":1` + strings.Repeat("0", 400) + `}`, asyncagents.ErrInvalidInput,
+			`"timeout": number 100000000000000000000000… is out of range`},
 	}
 	for _, tc := range cases {
 		out, err := ts[tc.tool].Handler(context.Background(), caller, json.RawMessage(tc.args))
@@ -225,6 +237,39 @@ func TestRealServerTools(t *testing.T) {
 	}
 	if got := call("asyncagents_list", `{}`); got != "No background tasks found" {
 		t.Fatalf("list after clear: %s", got)
+	}
+}
+
+// S-5, T-22: the task tool's description states the host's limits, and a deadline longer
+// than the host's is refused with the limit named; a launch over the per-parent cap is an
+// error the model can act on.
+func TestTaskToolLimitsS5(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	m := newManager(t, f, asyncagents.WithDeadline(30*time.Minute), asyncagents.WithStaleTimeout(5*time.Minute),
+		asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+	task := tools(m)["asyncagents_task"]
+	for _, want := range []string{"at most 2 of this session's tasks can be active at once", "beyond 1 running at once, new tasks wait queued",
+		"longer than 30m 0s is stopped", "no activity for 5m 0s is stopped"} {
+		if !strings.Contains(task.Description, want) {
+			t.Errorf("task tool description lacks %q:\n%s", want, task.Description)
+		}
+	}
+	if d := tools(offlineManager(t))["asyncagents_task"].Description; strings.Contains(d, "Limits") {
+		t.Errorf("without limits the description names some: %s", d)
+	}
+	caller := fakeParent(t, f)
+	if _, err := task.Handler(context.Background(), caller, json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":3600}`)); !errors.Is(err, asyncagents.ErrInvalidInput) ||
+		!strings.Contains(err.Error(), "at most 1800 seconds, this host's limit") {
+		t.Errorf("deadline over the host's = %v", err)
+	}
+	for range 2 {
+		if _, err := task.Handler(context.Background(), caller, json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":60}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := task.Handler(context.Background(), caller, json.RawMessage(`{"description":"d","prompt":"p","agent":"general"}`))
+	if !errors.Is(err, asyncagents.ErrTaskLimit) || !strings.Contains(err.Error(), "2 active tasks") {
+		t.Errorf("third launch = %v, want ErrTaskLimit", err)
 	}
 }
 

@@ -20,6 +20,10 @@ type Run struct {
 	// Confirmed reports that GET /session/status, asked after the messages were read, did
 	// not list the session: its agent loop is not running.
 	Confirmed bool
+	// Prompt is the id of the run's prompt message, when the runner chose it
+	// (PromptRequest.MessageID); "" when unknown. With it Decide can tell a prompt the
+	// server never stored ([Unsent]).
+	Prompt string
 }
 
 // Outcome says how a run stands.
@@ -31,6 +35,7 @@ const (
 	Completed                 // the last assistant message finished without error
 	Failed                    // the run ended with an error
 	Unfinished                // idle with an unfinished last step: confirm, then decide again
+	Unsent                    // confirmed idle and the prompt is not there: send it again
 )
 
 // Verdict is what [Decide] concludes.
@@ -54,6 +59,11 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //   - The last message of the run is the prompt (no reply yet): Running — an early or
 //     duplicate idle is not a completion — unless the session was seen idle after a
 //     session.error (an unknown agent or model: no reply will come), then Failed.
+//   - With Run.Prompt set, none of the messages is the prompt, a reply to it (parentID) or
+//     newer than it: the server has not stored the prompt. Running; when the session was
+//     seen idle, Unfinished, and with Run.Confirmed [Unsent]: the prompt was lost on its
+//     way (or OpenCode accepted it and dropped it) and may be sent again. A session.error
+//     seen with the idle makes it Failed instead, as above.
 //   - The last assistant message has an error (a model error, or MessageAbortedError
 //     after an abort): Failed with its message.
 //   - It has no finish or no completion time: Running while the step streams. When the
@@ -65,6 +75,17 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     [HaltedAfterToolCall]: the loop halted.
 //   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
 func Decide(msgs []opencode.Message, run Run) Verdict {
+	if run.Prompt != "" && !promptStored(msgs, run.Prompt) {
+		switch {
+		case run.SessionError != "" && run.Idle:
+			return Verdict{Outcome: Failed, Error: run.SessionError}
+		case run.Idle && run.Confirmed:
+			return Verdict{Outcome: Unsent}
+		case run.Idle:
+			return Verdict{Outcome: Unfinished}
+		}
+		return Verdict{}
+	}
 	start := 0
 	if run.Baseline != "" {
 		for i := range msgs {
@@ -108,4 +129,17 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 		}
 	}
 	return Verdict{Outcome: Completed, Result: strings.Join(texts, "\n")}
+}
+
+// promptStored reports whether msgs, the newest messages of a session, show that the
+// session has the prompt with id prompt: the prompt itself, a reply to it, or a newer
+// message (the prompt is then older than the messages read, or something else was sent
+// after it). Message ids of one server sort in creation order.
+func promptStored(msgs []opencode.Message, prompt string) bool {
+	for i := range msgs {
+		if in := &msgs[i].Info; in.ID == prompt || in.ParentID == prompt || in.ID > prompt {
+			return true
+		}
+	}
+	return false
 }

@@ -25,6 +25,13 @@ func msg(id, role, finish string, completed int64, errName string, texts ...stri
 	return m
 }
 
+// reply is an assistant message answering the user message parent.
+func reply(id, parent, finish string, completed int64) opencode.Message {
+	m := msg(id, "assistant", finish, completed, "")
+	m.Info.ParentID = parent
+	return m
+}
+
 // T-6: what a reconcile concludes from the latest messages.
 func TestDecideT6(t *testing.T) {
 	prompt := msg("msg_2", "user", "", 0, "", "task")
@@ -70,6 +77,21 @@ func TestDecideT6(t *testing.T) {
 		{"resume: prompt not stored yet", []opencode.Message{old}, Run{Baseline: "msg_1", Idle: true}, Verdict{}},
 		{"resume: new reply", []opencode.Message{old, prompt, msg("msg_3", "assistant", "stop", 9, "", "new")}, Run{Baseline: "msg_1", Idle: true},
 			Verdict{Outcome: Completed, Result: "new"}},
+		// A prompt whose id the runner chose (lost answers, prompts OpenCode dropped).
+		{"prompt stored", []opencode.Message{old, prompt}, Run{Prompt: "msg_2", Idle: true, Confirmed: true}, Verdict{}},
+		{"prompt answered, older than the window", []opencode.Message{reply("msg_4", "msg_2", "tool-calls", 5), reply("msg_5", "msg_2", "", 0)},
+			Run{Prompt: "msg_2"}, Verdict{}},
+		{"a reply from a server whose clock is behind", []opencode.Message{reply("msg_0", "msg_2", "stop", 5)}, Run{Prompt: "msg_2", Idle: true},
+			Verdict{Outcome: Completed}},
+		{"prompt not stored, not idle", []opencode.Message{old}, Run{Prompt: "msg_2"}, Verdict{}},
+		{"prompt not stored, idle: confirm", []opencode.Message{old}, Run{Prompt: "msg_2", Idle: true}, Verdict{Outcome: Unfinished}},
+		{"prompt not stored, confirmed idle: unsent", []opencode.Message{old}, Run{Prompt: "msg_2", Idle: true, Confirmed: true},
+			Verdict{Outcome: Unsent}},
+		{"empty session, confirmed idle: unsent", nil, Run{Prompt: "msg_2", Idle: true, Confirmed: true}, Verdict{Outcome: Unsent}},
+		{"prompt not stored after a session.error", nil, Run{Prompt: "msg_2", SessionError: "Agent not found", Idle: true},
+			Verdict{Outcome: Failed, Error: "Agent not found"}},
+		{"something newer than the prompt", []opencode.Message{msg("msg_9", "user", "", 0, "", "other")}, Run{Prompt: "msg_2", Idle: true, Confirmed: true},
+			Verdict{}},
 	}
 	for _, tc := range cases {
 		if got := Decide(tc.msgs, tc.run); got != tc.want {

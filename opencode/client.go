@@ -22,7 +22,8 @@ import (
 // [ErrNotFound]. Methods that take a directory use it to pick the server instance (empty: the
 // client's default directory).
 type Client interface {
-	// CreateSession creates a session (POST /session).
+	// CreateSession creates a session (POST /session) in req.Directory, or the client's
+	// default directory when it is empty.
 	CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error)
 	// GetSession returns a session (GET /session/{id}).
 	GetSession(ctx context.Context, id string) (*Session, error)
@@ -43,8 +44,9 @@ type Client interface {
 	Abort(ctx context.Context, sessionID string) error
 	// SessionStatus returns the sessions of a directory that are not idle (GET /session/status).
 	SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error)
-	// Agents lists the agents (GET /agent).
-	Agents(ctx context.Context) ([]Agent, error)
+	// Agents lists the agents of a directory's instance (GET /agent): a project may define
+	// its own.
+	Agents(ctx context.Context, directory string) ([]Agent, error)
 	// Permissions lists the pending permission requests of a directory's instance
 	// (GET /permission).
 	Permissions(ctx context.Context, directory string) ([]Permission, error)
@@ -208,13 +210,16 @@ func (c *HTTPClient) doHeader(ctx context.Context, method, path string, query ur
 
 func sessionPath(id string, rest string) string { return "/session/" + url.PathEscape(id) + rest }
 
-// CreateSession creates a session (POST /session) in the client's directory and returns it.
-// A ParentID makes it a child session (OpenCode accepts a parent that does not exist); a Title
-// avoids OpenCode's extra title-generation model call on the first prompt; Permission rules
-// are stored on the session and apply to every prompt.
+// CreateSession creates a session (POST /session?directory=) and returns it. The session
+// belongs to the instance of req.Directory (the client's directory when empty; OpenCode
+// accepts a directory that does not exist): it runs there whatever directory later requests
+// name, its tools work there and its model's system prompt names it. A ParentID makes it a
+// child session (OpenCode accepts a parent that does not exist, and does not require it to
+// be in the same directory); a Title avoids OpenCode's extra title-generation model call on
+// the first prompt; Permission rules are stored on the session and apply to every prompt.
 func (c *HTTPClient) CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error) {
 	var s Session
-	if err := c.do(ctx, http.MethodPost, "/session", nil, req, &s); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/session", dirQuery(req.Directory), req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -334,26 +339,31 @@ func (c *HTTPClient) Summarize(ctx context.Context, sessionID string, model Mode
 	return c.do(ctx, http.MethodPost, sessionPath(sessionID, "/summarize"), nil, model, nil)
 }
 
+// dirQuery is the query that names directory's instance; nil for "" (the client's).
+func dirQuery(directory string) url.Values {
+	if directory == "" {
+		return nil
+	}
+	return url.Values{"directory": {directory}}
+}
+
 // SessionStatus returns the busy and retrying sessions of a directory's instance, by session
 // id (GET /session/status); idle sessions are absent. An empty directory means the client's.
 func (c *HTTPClient) SessionStatus(ctx context.Context, directory string) (map[string]SessionStatus, error) {
-	q := url.Values{}
-	if directory != "" {
-		q.Set("directory", directory)
-	}
 	st := map[string]SessionStatus{}
-	if err := c.do(ctx, http.MethodGet, "/session/status", q, nil, &st); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/session/status", dirQuery(directory), nil, &st); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
-// Agents lists the agents of the client's instance (GET /agent), hidden ones included. The
-// default set is build and plan (primary), general and explore (subagent), and the hidden
-// compaction, summary and title.
-func (c *HTTPClient) Agents(ctx context.Context) ([]Agent, error) {
+// Agents lists the agents of a directory's instance (GET /agent?directory=; the client's
+// for ""), hidden ones included. The default set is build and plan (primary), general and
+// explore (subagent), and the hidden compaction, summary and title; a project adds its own
+// (.opencode/agent/, or "agent" in its opencode.json).
+func (c *HTTPClient) Agents(ctx context.Context, directory string) ([]Agent, error) {
 	var a []Agent
-	if err := c.do(ctx, http.MethodGet, "/agent", nil, nil, &a); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/agent", dirQuery(directory), nil, &a); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -364,12 +374,8 @@ func (c *HTTPClient) Agents(ctx context.Context) ([]Agent, error) {
 // until it is answered with [HTTPClient.ReplyPermission] or the session is aborted (OpenCode
 // keeps listing a request whose session was aborted).
 func (c *HTTPClient) Permissions(ctx context.Context, directory string) ([]Permission, error) {
-	q := url.Values{}
-	if directory != "" {
-		q.Set("directory", directory)
-	}
 	var p []Permission
-	if err := c.do(ctx, http.MethodGet, "/permission", q, nil, &p); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/permission", dirQuery(directory), nil, &p); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -380,11 +386,7 @@ func (c *HTTPClient) Permissions(ctx context.Context, directory string) ([]Permi
 // that is not pending in that instance (answered already, or asked in another directory)
 // fails with an [*APIError] matching [ErrNotFound] (PermissionNotFoundError).
 func (c *HTTPClient) ReplyPermission(ctx context.Context, directory, requestID string, reply PermissionReply) error {
-	q := url.Values{}
-	if directory != "" {
-		q.Set("directory", directory)
-	}
-	return c.do(ctx, http.MethodPost, "/permission/"+url.PathEscape(requestID)+"/reply", q, reply, nil)
+	return c.do(ctx, http.MethodPost, "/permission/"+url.PathEscape(requestID)+"/reply", dirQuery(directory), reply, nil)
 }
 
 // Health checks GET /global/health and returns the server version.

@@ -193,7 +193,7 @@ func TestRealServerErrors(t *testing.T) {
 	if !errors.Is(err, opencode.ErrNotFound) {
 		t.Fatalf("Prompt(unknown) = %v", err)
 	}
-	agents, err := c.Agents(ctx)
+	agents, err := c.Agents(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,14 +212,14 @@ func TestRealServerBasicAuth(t *testing.T) {
 	srv := opencodetest.Start(t, opencodetest.WithPassword("s3cret-pw"))
 	ctx := ctxT(t)
 
-	if _, err := srv.Client().Agents(ctx); err != nil {
+	if _, err := srv.Client().Agents(ctx, ""); err != nil {
 		t.Fatalf("with credentials: %v", err)
 	}
 	noAuth, err := opencode.NewHTTPClient(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := noAuth.Agents(ctx); !errors.Is(err, opencode.ErrUnauthorized) {
+	if _, err := noAuth.Agents(ctx, ""); !errors.Is(err, opencode.ErrUnauthorized) {
 		t.Fatalf("without credentials: %v, want ErrUnauthorized", err)
 	}
 	if _, err := noAuth.Events(ctx); !errors.Is(err, opencode.ErrUnauthorized) {

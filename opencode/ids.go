@@ -11,11 +11,14 @@ import (
 // characters — for the time now, and newer than
 // after (an id of the same form, "" for none), so that a message created with it
 // ([PromptRequest.MessageID]) sorts after the session's messages even when the server's
-// clock is ahead.
+// clock is ahead. Its counter is 0 (unless after forces more): OpenCode's counter starts at 1
+// in every millisecond, so the replies the server writes to such a message, even in the same
+// millisecond, sort after it, as OpenCode's agent loop requires (it takes a user message
+// that sorts after the last reply for one still to answer).
 func NewMessageID(now time.Time, after string) string {
 	r := rand.Uint64()     // math/rand/v2's generator: unpredictable enough for an id, and no system call
 	const mask = 1<<48 - 1 // OpenCode keeps the low 48 bits; compare what is written
-	v := (uint64(now.UnixMilli())<<12 | r>>52) & mask
+	v := (uint64(now.UnixMilli()) << 12) & mask
 	if len(after) >= 16 && after[:4] == "msg_" {
 		if last, err := strconv.ParseUint(after[4:16], 16, 64); err == nil && v <= last {
 			v = (last + 1) & mask

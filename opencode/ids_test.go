@@ -1,6 +1,7 @@
 package opencode_test
 
 import (
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -30,5 +31,13 @@ func TestNewMessageIDSortsAfter(t *testing.T) {
 	}
 	if a, b := opencode.NewMessageID(now, ""), opencode.NewMessageID(now.Add(time.Millisecond), ""); a[:16] >= b[:16] {
 		t.Errorf("an id a millisecond later, %q, does not sort after %q", b, a)
+	}
+	// The first id OpenCode makes in the same millisecond (counter 1) sorts after ours, so a
+	// reply to a prompt sent with ours does too.
+	server := fmt.Sprintf("msg_%012x", (uint64(now.UnixMilli())<<12|1)&(1<<48-1)) + "00000000000000"
+	for range 100 {
+		if id := opencode.NewMessageID(now, ""); id >= server {
+			t.Fatalf("id %q does not sort before %q, OpenCode's first id of the same millisecond", id, server)
+		}
 	}
 }

@@ -309,6 +309,10 @@ type PromptRequest struct {
 
 // CreateSessionRequest is the body of POST /session.
 type CreateSessionRequest struct {
+	// Directory is the project directory the session runs in: its instance, its tools'
+	// working directory and the one its model's system prompt names. Empty: the client's
+	// default. It is sent as ?directory=, not in the body.
+	Directory  string           `json:"-"`
 	ParentID   string           `json:"parentID,omitempty"`
 	Title      string           `json:"title,omitempty"`
 	Permission []PermissionRule `json:"permission,omitempty"`

@@ -423,6 +423,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		Directory:       "/home/dev/projekt-ü",
 		Description:     fmt.Sprintf("find TODOs #%d", n),
 		Prompt:          "List the \"TODO\" comments\nin the files we read.",
+		PromptID:        fmt.Sprintf("msg_prompt_%d", n),
 		Agent:           "general",
 		Model:           "anthropic/claude-sonnet-4",
 		Status:          asyncagents.StatusCompleted,

@@ -22,8 +22,12 @@ type Harness struct {
 	Directory string
 	// Requests, when set, returns the model requests made so far ([Model.Requests] of the
 	// server's model, or [FakeClient.Requests]); TestClient then also checks that a NoReply
-	// prompt calls no model.
+	// prompt calls no model, and that a session's model is told the session's directory.
 	Requests func() []Request
+	// OtherDirectory, when set, is a second project directory the server serves with the
+	// same model ([Server.NewProject]; any clean absolute path for a [FakeClient]):
+	// TestClient then checks that a session created there belongs to that instance.
+	OtherDirectory string
 }
 
 // CheckTimeout bounds each check of [TestClient]: how long it waits for a run or an event.
@@ -47,7 +51,9 @@ type permissionClient interface {
 // reply carried whole by the events before the idle, and its final messages); a blocking Prompt; Messages with a limit; MessagesBefore paging; the status of a busy session
 // and its abort; abort of an idle and an unknown session; the agent list; an unknown agent
 // and an unknown model; a failed model call; a permission request and a session rule that
-// allows it; and the event stream contract of [opencode.EventStream]. When c also has Permissions and ReplyPermission methods, like [opencode.HTTPClient] and
+// allows it; a session created in [Harness.OtherDirectory] (its Directory, its events'
+// Directory, the status of each instance, the working directory its model is told); and the
+// event stream contract of [opencode.EventStream]. When c also has Permissions and ReplyPermission methods, like [opencode.HTTPClient] and
 // [FakeClient], the permission check lists the request and rejects it; otherwise it aborts
 // the session.
 //
@@ -69,6 +75,7 @@ func TestClient(ctx context.Context, c opencode.Client, h Harness) error {
 		{"abort busy", checkAbortBusy},
 		{"abort idle", checkAbortIdle},
 		{"agents", checkAgents},
+		{"directory", checkDirectory},
 		{"unknown agent", checkUnknownAgent},
 		{"unknown model", checkUnknownModel},
 		{"model failure", checkModelFailure},
@@ -629,14 +636,7 @@ func checkAbortBusy(k *checker) {
 	}
 	// Abort while the model streams its text: the run's state is then the same on every
 	// server (earlier, OpenCode may still be writing the step's first updates).
-	var asst string
-	started := events.until(s.ID, "the streamed text part", func(e sessionEv) bool {
-		if i, ok := e.info(); ok && i.Role == opencode.RoleAssistant {
-			asst = i.ID
-		}
-		return e.Type == opencode.EventMessagePartUpdate && e.p.Part != nil && e.p.Part.Type == opencode.PartText &&
-			asst != "" && e.p.Part.MessageID == asst
-	})
+	started := events.streaming(s.ID)
 	if indexOf(started, 0, isStatus("busy")) < 0 {
 		k.errorf("events %s: want session.status busy before the text part", types(started))
 	}
@@ -667,6 +667,19 @@ func checkAbortBusy(k *checker) {
 	}
 }
 
+// streaming returns the events of sessionID up to the first update of the text part its
+// assistant message streams.
+func (r *eventReader) streaming(sessionID string) []sessionEv {
+	var asst string
+	return r.until(sessionID, "the streamed text part", func(e sessionEv) bool {
+		if i, ok := e.info(); ok && i.Role == opencode.RoleAssistant {
+			asst = i.ID
+		}
+		return e.Type == opencode.EventMessagePartUpdate && e.p.Part != nil && e.p.Part.Type == opencode.PartText &&
+			asst != "" && e.p.Part.MessageID == asst
+	})
+}
+
 func checkAbortIdle(k *checker) {
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance idle abort"})
 	events := k.subscribe()
@@ -685,7 +698,7 @@ func checkAbortIdle(k *checker) {
 }
 
 func checkAgents(k *checker) {
-	agents, err := k.c.Agents(k.ctx)
+	agents, err := k.c.Agents(k.ctx, "")
 	if !k.ok(err, "Agents") {
 		return
 	}
@@ -704,6 +717,75 @@ func checkAgents(k *checker) {
 	for name := range want {
 		k.errorf("agent %s missing", name)
 	}
+}
+
+// checkDirectory: a child session created in another directory than its parent's belongs
+// to that directory's instance, whatever the client's default.
+func checkDirectory(k *checker) {
+	other := k.h.OtherDirectory
+	if other == "" {
+		return
+	}
+	events := k.subscribe()
+	parent := k.session(opencode.CreateSessionRequest{Title: "conformance directory parent"})
+	if parent == nil || events == nil {
+		return
+	}
+	s := k.session(opencode.CreateSessionRequest{Directory: other, ParentID: parent.ID, Title: "conformance directory"})
+	if s == nil {
+		return
+	}
+	if s.Directory != other || s.ParentID != parent.ID || parent.Directory != k.h.Directory {
+		k.errorf("session created in %s = %+v (parent %+v)", other, s, parent)
+	}
+	if got, err := k.c.GetSession(k.ctx, s.ID); k.ok(err, "GetSession") && got.Directory != other {
+		k.errorf("GetSession(%s).Directory = %q, want %q", s.ID, got.Directory, other)
+	}
+	if agents, err := k.c.Agents(k.ctx, other); k.ok(err, "Agents") &&
+		!slices.ContainsFunc(agents, func(a opencode.Agent) bool { return a.Name == "build" }) {
+		k.errorf("Agents(%s) = %v, want build among them", other, agents)
+	}
+	seen := 0
+	if k.h.Requests != nil {
+		seen = len(k.h.Requests())
+	}
+	if !k.ok(k.c.PromptAsync(k.ctx, s.ID, opencode.PromptRequest{Parts: text("SLEEP:30 directory")}), "PromptAsync") {
+		return
+	}
+	evs := events.streaming(s.ID)
+	for dir, busy := range map[string]bool{other: true, "": false, k.h.Directory: false} {
+		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && (st[s.ID].Type == "busy") != busy {
+			k.errorf("SessionStatus(%q)[%s] = %+v, want busy %v", dir, s.ID, st[s.ID], busy)
+		}
+	}
+	k.ok(k.c.Abort(k.ctx, s.ID), "Abort")
+	evs = append(evs, events.idles(s.ID, 2)...)
+	for _, e := range evs {
+		if e.Directory != other {
+			k.errorf("event %s of the session has directory %q, want %q", e.Type, e.Directory, other)
+			break
+		}
+	}
+	if k.h.Requests == nil {
+		return
+	}
+	var sys string
+	for _, r := range k.h.Requests()[seen:] {
+		if _, u := r.LastUser(); r.Kind == KindChat && strings.Contains(u, "SLEEP:30 directory") {
+			sys = r.System()
+		}
+	}
+	if want := "Working directory: " + other + "\n"; !strings.Contains(sys+"\n", want) {
+		k.errorf("the model of a session in %s was not told %q; system prompt:\n%s", other, strings.TrimSpace(want), head(sys, 2000))
+	}
+}
+
+// head returns the first n bytes of s, for messages.
+func head(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 func checkUnknownAgent(k *checker) {

@@ -1,6 +1,7 @@
 package opencodetest
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -117,9 +118,9 @@ func defaultFakeConfig() fakeConfig {
 	return fakeConfig{dir: DefaultFakeDirectory, now: time.Now}
 }
 
-// WithFakeDirectory sets the project directory: every session's Directory, the directory
-// [FakeClient.SessionStatus] and [FakeClient.Permissions] answer for, the directory of events
-// and the folder bash commands run in. It must be a clean absolute slash-separated path, such
+// WithFakeDirectory sets the project directory: the Directory of every session created
+// without one, the directory [FakeClient.SessionStatus] and [FakeClient.Permissions] answer
+// for when asked for "", and the folder those sessions' bash commands run in. It must be a clean absolute slash-separated path, such
 // as "/work/project". Defaults to [DefaultFakeDirectory].
 func WithFakeDirectory(dir string) FakeOption {
 	return fakeOptionFunc(func(c *fakeConfig) { c.dir = dir })
@@ -173,6 +174,14 @@ func NewFakeClient(opts ...FakeOption) *FakeClient {
 
 // Directory returns the project directory (see [WithFakeDirectory]).
 func (f *FakeClient) Directory() string { return f.cfg.dir }
+
+// dirOf returns the directory of a session, the fake's for an unknown one. f.mu must be held.
+func (f *FakeClient) dirOf(sessionID string) string {
+	if s := f.sessions[sessionID]; s != nil {
+		return s.info.Directory
+	}
+	return f.cfg.dir
+}
 
 // Close stops the fake: runs stop where they are (without further events), open event streams
 // end with io.EOF after the events already sent, waiting Prompt calls return an error, and
@@ -338,8 +347,10 @@ func (f *FakeClient) session(method, path, id string) (*fakeSession, error) {
 	return s, nil
 }
 
-// CreateSession creates a session in the fake's directory, as POST /session does, and emits
-// session.created. A ParentID must start with "ses" (otherwise HTTP 400) but need not exist.
+// CreateSession creates a session in req.Directory (the fake's directory when empty), as
+// POST /session does, and emits session.created. A ParentID must start with "ses"
+// (otherwise HTTP 400) but need not exist. A directory must be a clean absolute
+// slash-separated path (otherwise HTTP 400; the real server accepts more).
 func (f *FakeClient) CreateSession(ctx context.Context, req opencode.CreateSessionRequest) (*opencode.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -348,6 +359,10 @@ func (f *FakeClient) CreateSession(ctx context.Context, req opencode.CreateSessi
 	}
 	if req.ParentID != "" && !strings.HasPrefix(req.ParentID, "ses") {
 		return nil, apiError(http.MethodPost, "/session", http.StatusBadRequest, map[string]any{"_tag": "BadRequest"})
+	}
+	dir := cmp.Or(req.Directory, f.cfg.dir)
+	if !path.IsAbs(dir) || path.Clean(dir) != dir {
+		return nil, badRequest(http.MethodPost, "/session", fmt.Sprintf("directory %q is not a clean absolute path", dir))
 	}
 	now := f.now()
 	title := req.Title
@@ -364,8 +379,8 @@ func (f *FakeClient) CreateSession(ctx context.Context, req opencode.CreateSessi
 			ID:         f.ids.next("ses", true, now),
 			Slug:       f.ids.word(slugAdjectives) + "-" + f.ids.word(slugNouns),
 			ProjectID:  "global",
-			Directory:  f.cfg.dir,
-			Path:       strings.TrimPrefix(f.cfg.dir, "/"),
+			Directory:  dir,
+			Path:       strings.TrimPrefix(dir, "/"),
 			ParentID:   req.ParentID,
 			Title:      title,
 			Version:    fakeVersion,
@@ -623,8 +638,8 @@ func (f *FakeClient) Abort(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-// SessionStatus returns the busy and retrying sessions, as GET /session/status does, for the
-// fake's directory (or ""); any other directory has none.
+// SessionStatus returns the busy and retrying sessions of a directory (the fake's for ""),
+// as GET /session/status does.
 func (f *FakeClient) SessionStatus(ctx context.Context, directory string) (map[string]opencode.SessionStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -632,21 +647,19 @@ func (f *FakeClient) SessionStatus(ctx context.Context, directory string) (map[s
 		return nil, err
 	}
 	st := map[string]opencode.SessionStatus{}
-	if directory != "" && directory != f.cfg.dir {
-		return st, nil
-	}
+	directory = cmp.Or(directory, f.cfg.dir)
 	for id, s := range f.sessions {
-		if s.run != nil {
+		if s.run != nil && s.info.Directory == directory {
 			st[id] = s.run.status
 		}
 	}
 	return st, nil
 }
 
-// Agents returns the agents of the real server's default configuration, as GET /agent does:
-// build and plan (primary), explore and general (subagent), and the hidden compaction, summary
-// and title.
-func (f *FakeClient) Agents(ctx context.Context) ([]opencode.Agent, error) {
+// Agents returns the agents of the real server's default configuration, as GET /agent does,
+// for every directory: build and plan (primary), explore and general (subagent), and the
+// hidden compaction, summary and title.
+func (f *FakeClient) Agents(ctx context.Context, _ string) ([]opencode.Agent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.enter(ctx, "Agents", http.MethodGet, "/agent"); err != nil {
@@ -656,7 +669,8 @@ func (f *FakeClient) Agents(ctx context.Context) ([]opencode.Agent, error) {
 }
 
 // Events opens an event stream, as GET /global/event does: it starts with server.connected
-// and carries every later event of the fake, each with Directory set to the fake's directory.
+// and carries every later event of the fake, each with Directory set to the directory of the
+// session it concerns (the fake's directory for events of no session).
 // It follows the [opencode.EventStream] contract; it never stalls (the fake sends no
 // heartbeats). [FakeClient.DropEvents] and Close end it with io.EOF.
 func (f *FakeClient) Events(ctx context.Context) (opencode.EventStream, error) {
@@ -671,8 +685,8 @@ func (f *FakeClient) Events(ctx context.Context) (opencode.EventStream, error) {
 	return s, nil
 }
 
-// Permissions lists the pending permission requests, oldest first, as GET /permission does,
-// for the fake's directory (or ""); any other directory has none.
+// Permissions lists the pending permission requests of a directory's sessions (the fake's
+// directory for ""), oldest first, as GET /permission does.
 func (f *FakeClient) Permissions(ctx context.Context, directory string) ([]opencode.Permission, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -680,11 +694,10 @@ func (f *FakeClient) Permissions(ctx context.Context, directory string) ([]openc
 		return nil, err
 	}
 	out := []opencode.Permission{}
-	if directory != "" && directory != f.cfg.dir {
-		return out, nil
-	}
 	for _, p := range f.permissions {
-		out = append(out, p.permission())
+		if f.dirOf(p.SessionID) == cmp.Or(directory, f.cfg.dir) {
+			out = append(out, p.permission())
+		}
 	}
 	return out, nil
 }
@@ -693,8 +706,8 @@ func (f *FakeClient) Permissions(ctx context.Context, directory string) ([]openc
 // and emits permission.replied: "once" or "always" runs the tool call ("always" also allows
 // the request's patterns for the rest of the session), "reject" ends it with status "error"
 // and, without a Message, stops the run. A request that is not pending, or a directory other
-// than the fake's (or ""), fails with an error matching [opencode.ErrNotFound]; a reply other
-// than once, always or reject fails with HTTP 400.
+// than its session's (the fake's directory for ""), fails with an error matching
+// [opencode.ErrNotFound]; a reply other than once, always or reject fails with HTTP 400.
 func (f *FakeClient) ReplyPermission(ctx context.Context, directory, requestID string, reply opencode.PermissionReply) error {
 	path := "/permission/" + url.PathEscape(requestID) + "/reply"
 	f.mu.Lock()
@@ -708,7 +721,7 @@ func (f *FakeClient) ReplyPermission(ctx context.Context, directory, requestID s
 		return badRequest(http.MethodPost, path, fmt.Sprintf("Expected \"once\" | \"always\" | \"reject\", got %q\n  at [\"reply\"]", reply.Reply))
 	}
 	i := slices.IndexFunc(f.permissions, func(p *fakePermission) bool { return p.ID == requestID })
-	if i < 0 || (directory != "" && directory != f.cfg.dir) {
+	if i < 0 || f.dirOf(f.permissions[i].SessionID) != cmp.Or(directory, f.cfg.dir) {
 		return apiError(http.MethodPost, path, http.StatusNotFound, map[string]any{
 			"_tag": "PermissionNotFoundError", "requestID": requestID,
 			"message": "Permission request not found: " + requestID})

@@ -109,17 +109,15 @@ func (f *FakeClient) removeStream(s *fakeStream) {
 	f.mu.Unlock()
 }
 
-// emit sends an event of the fake's directory to every open stream. f.mu must be held.
+// emit sends an event to every open stream, with the directory of the session it names (the
+// fake's directory when it names none). f.mu must be held.
 func (f *FakeClient) emit(typ string, props any) {
-	f.emitIn(f.cfg.dir, typ, props)
-}
-
-func (f *FakeClient) emitIn(dir, typ string, props any) {
 	b, err := json.Marshal(props)
 	if err != nil {
 		panic(fmt.Sprintf("opencodetest: encode %s event: %v", typ, err)) // the fake's own types
 	}
-	ev := opencode.Event{ID: f.ids.next("evt", false, f.now()), Directory: dir, Type: typ, Properties: b}
+	ev := opencode.Event{ID: f.ids.next("evt", false, f.now()), Type: typ, Properties: b}
+	ev.Directory = f.dirOf(ev.SessionID())
 	for s := range f.streams {
 		s.push(ev)
 	}

@@ -187,7 +187,7 @@ func (f *FakeClient) turn(r *fakeRun) turnEnd {
 			ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleAssistant,
 			Time: messageTimeJSON{Created: f.ms()}, ParentID: r.user.info.ID,
 			ModelID: r.model.ModelID, ProviderID: r.model.ProviderID, Mode: r.agent, Agent: r.agent,
-			Path: &pathJSON{Cwd: f.cfg.dir, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
+			Path: &pathJSON{Cwd: s.info.Directory, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
 		}}
 		r.text, r.tool = nil, nil
 		s.msgs = append(s.msgs, r.asst)
@@ -418,7 +418,8 @@ var fakeTools = []string{"bash", "edit", "glob", "grep", "read", "task", "todowr
 // chatRequest renders the session as OpenCode sends it to the model: a system message, then
 // each message's text, tool calls and tool results.
 func (f *FakeClient) chatRequest(r *fakeRun) *Request {
-	sys := "You are opencode, an interactive CLI agent (opencodetest.FakeClient, agent " + r.agent + ")."
+	sys := "You are opencode, an interactive CLI agent (opencodetest.FakeClient, agent " + r.agent + ").\n" +
+		"<env>\n  Working directory: " + r.s.info.Directory + "\n</env>"
 	if r.user.info.System != "" {
 		sys += "\n" + r.user.info.System
 	}

@@ -74,7 +74,7 @@ func (f *FakeClient) runTool(r *fakeRun, call ToolCall) (turnEnd, bool) {
 		}
 	}
 	if !ok {
-		res = f.defaultTool(call)
+		res = f.defaultTool(call, s.info.Directory)
 	}
 	if res.Permission != "" {
 		switch f.evaluate(s, res.Permission, res.Patterns) {
@@ -221,8 +221,8 @@ func wildcard(pattern, s string) bool {
 	return ok
 }
 
-// defaultTool is the fake's own outcome for a call: the simulated shell for bash.
-func (f *FakeClient) defaultTool(call ToolCall) ToolResult {
+// defaultTool is the fake's own outcome for a call in dir: the simulated shell for bash.
+func (f *FakeClient) defaultTool(call ToolCall, dir string) ToolResult {
 	if call.Name != "bash" {
 		return ToolResult{}
 	}
@@ -230,13 +230,13 @@ func (f *FakeClient) defaultTool(call ToolCall) ToolResult {
 		Command string `json:"command"`
 	}
 	_ = json.Unmarshal([]byte(call.Arguments), &in)
-	out, exit, sleep := runShell(in.Command, f.cfg.dir)
+	out, exit, sleep := runShell(in.Command, dir)
 	if out == "" {
 		out = "(no output)"
 	}
 	res := ToolResult{Output: out, Title: in.Command, Sleep: sleep,
 		Metadata: map[string]any{"output": out, "exit": exit, "truncated": false}}
-	if dirs := externalDirs(in.Command, f.cfg.dir); len(dirs) > 0 {
+	if dirs := externalDirs(in.Command, dir); len(dirs) > 0 {
 		res.Permission = "external_directory"
 		for _, d := range dirs {
 			res.Patterns = append(res.Patterns, path.Join(d, "*"))

@@ -210,7 +210,7 @@ func TestProxyRejectsBadFaults(t *testing.T) {
 	}
 	// The upstream is unreachable: 502 in OpenCode's error shape.
 	oc, _ := opencode.NewHTTPClient(p.URL)
-	_, err := oc.Agents(context.Background())
+	_, err := oc.Agents(context.Background(), "")
 	if apiErr := (*opencode.APIError)(nil); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadGateway {
 		t.Errorf("unreachable upstream = %v", err)
 	}

@@ -163,6 +163,7 @@ type Server struct {
 	startTimeout time.Duration
 	logs         *logBuffer
 	closeOnce    sync.Once
+	projectJSON  []byte // the project's opencode.json, for NewProject
 
 	clientsMu sync.Mutex
 	clients   []*opencode.HTTPClient // from Client: Close closes their idle connections
@@ -357,6 +358,27 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
+// Kill ends the server as a crash does: SIGKILL to its process group (on Windows, to the
+// server process), with no chance to write anything more, and waits for it to exit. What it
+// stored stays in its folders; [Server.Restart] starts it again on them. Kill returns an
+// error after Close or when no server runs.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited, closed := s.cmd, s.exited, s.closed
+	s.mu.Unlock()
+	if closed {
+		return errServerClosed
+	}
+	if cmd == nil || cmd.Process == nil {
+		return errors.New("opencodetest: kill: no server runs")
+	}
+	if err := killGroup(cmd.Process); err != nil {
+		return fmt.Errorf("opencodetest: kill: %w", err)
+	}
+	<-exited
+	return nil
+}
+
 // stop ends the current process group, if any, and waits for it.
 func (s *Server) stop() {
 	s.mu.Lock()
@@ -424,6 +446,7 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 	if err := os.WriteFile(filepath.Join(s.Directory, "opencode.json"), b, 0o644); err != nil {
 		return err
 	}
+	s.projectJSON = b
 	if cfg.plugins {
 		for _, dir := range []string{filepath.Join(s.Directory, ".opencode"), filepath.Join(s.Home, ".config", "opencode")} {
 			if err := seedPluginDependency(dir); err != nil {
@@ -441,6 +464,26 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 		}
 	}
 	return nil
+}
+
+// NewProject creates another project folder, name, beside Directory, with the same
+// opencode.json (the scripted model, WithConfig and WithMCP entries; not WithFiles), and
+// returns its absolute path. The running server serves it as one more instance when a request
+// names it (?directory= or the x-opencode-directory header): one server, several projects, as
+// `opencode serve` runs for a user with several repositories. name must be a plain folder name
+// other than "project" and "home"; the folder is removed with the server's.
+func (s *Server) NewProject(name string) (string, error) {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." || name == "project" || name == "home" {
+		return "", fmt.Errorf("opencodetest: NewProject: %q is not a free plain folder name", name)
+	}
+	dir := filepath.Join(filepath.Dir(s.Directory), name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("opencodetest: NewProject: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "opencode.json"), s.projectJSON, 0o644); err != nil {
+		return "", fmt.Errorf("opencodetest: NewProject: %w", err)
+	}
+	return dir, nil
 }
 
 // environ is the process environment without the caller's HOME, XDG and OPENCODE settings,

@@ -1,0 +1,135 @@
+package asyncagents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// A run's prompt is sent exactly once. The Manager chooses the prompt's message id
+// (Task.PromptID) and records it before sending, so that the server's messages tell whether
+// the prompt arrived:
+//
+//   - the server answered (2xx): sent;
+//   - the server answered with an error (an *opencode.APIError): not sent, the run fails;
+//   - no answer (a reset connection, a timeout, a server that went away): it may have
+//     arrived. The run stays active and the usual reconcile decides: a reply comes, or the
+//     session is confirmed idle without the prompt (manager.Unsent), and then the prompt is
+//     sent again with the same id, at most maxPromptSends times in all. OpenCode adds a
+//     message id it already has to that message and starts no second reply, so a prompt
+//     whose first request arrives late is not run twice.
+//
+// The same check finds a prompt that OpenCode acknowledged and never stored (seen right
+// after a restart), and one that was never sent because the host stopped in between.
+
+const (
+	// promptGrace is how long after a send the prompt's absence is not yet a loss: OpenCode
+	// stores the message of a prompt_async within milliseconds, and within a few seconds
+	// right after it starts.
+	promptGrace = 10 * time.Second
+	// maxPromptSends bounds how often one run's prompt is sent.
+	maxPromptSends = 3
+)
+
+// promptNotTaken is the error of a run whose prompt the server did not store after
+// maxPromptSends sends.
+var promptNotTaken = fmt.Sprintf("the OpenCode server did not take the prompt (sent %d times); resume the task to try again", maxPromptSends)
+
+// newPromptIDLocked chooses the message id of e's next prompt: newer than after, the id of
+// the session's newest message ("" for none), so that OpenCode answers it.
+func (m *Manager) newPromptIDLocked(e *entry, after string) {
+	e.task.PromptID = opencode.NewMessageID(m.now(), after)
+	e.sending, e.sentAt, e.sends = false, time.Time{}, 0
+}
+
+// sendPrompt sends the prompt of run rc of e (POST /session/{id}/prompt_async) with its
+// message id, agent and model. It returns nil when the server took it or may have taken it
+// (see above), the server's error when it refused it, and nil without sending when the run
+// is no longer rc or is being sent already.
+func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
+	m.mu.Lock()
+	t := &e.task
+	if m.tasks[t.ID] != e || t.ResumeCount != rc || !t.Status.Active() || e.sending {
+		m.mu.Unlock()
+		return nil
+	}
+	e.sending = true
+	e.sends++
+	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
+		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}
+	req.Model, _ = parseModel(t.Model) // validated at launch
+	m.mu.Unlock()
+
+	err := m.client.PromptAsync(ctx, id, req)
+	m.mu.Lock()
+	e.sending, e.sentAt = false, m.now()
+	m.mu.Unlock()
+	var refused *opencode.APIError
+	if err == nil || errors.As(err, &refused) {
+		return err
+	}
+	m.cfg.logger.Warn("asyncagents: no answer to a prompt; the server's messages will tell whether it arrived",
+		"task", id, "message", req.MessageID, "err", err)
+	return nil
+}
+
+// unsent handles a reconcile's manager.Unsent for run rc of e: the session is idle and its
+// messages lack the prompt. Within promptGrace of a send, or while one is in flight, that is
+// not yet a loss (the poll reads the session again later); otherwise the prompt is sent
+// again, or, after maxPromptSends, the run fails.
+func (m *Manager) unsent(e *entry, rc int) {
+	m.mu.Lock()
+	t := &e.task
+	pending := e.sending || !e.sentAt.IsZero() && m.now().Sub(e.sentAt) < promptGrace
+	exhausted := e.sends >= maxPromptSends
+	current := m.tasks[t.ID] == e && t.ResumeCount == rc && t.Status.Active()
+	m.mu.Unlock()
+	switch {
+	case !current || pending:
+		return
+	case exhausted:
+		m.finish(e, rc, StatusError, "", promptNotTaken)
+		return
+	}
+	m.cfg.logger.Warn("asyncagents: the server does not have the prompt; sending it again", "task", t.ID)
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	if err := m.sendPrompt(ctx, e, rc); err != nil {
+		m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: send prompt again: %v", err))
+	}
+}
+
+// injectContext sends a forked task's inherited context to its new session as a synthetic
+// part without reply (POST /session/{id}/message with noReply and the message id id), and
+// makes sure it arrives once: when the answer is lost, it asks for the message
+// (GET /session/{id}/message/{messageID}) and sends again only when the server does not have
+// it.
+func (m *Manager) injectContext(ctx context.Context, sid, id, agent, text string) error {
+	req := opencode.PromptRequest{MessageID: id, NoReply: true, Agent: agent,
+		Parts: []opencode.TextPartInput{opencode.NewSyntheticText(text)}}
+	var err error
+	for range 2 {
+		if _, err = m.client.Prompt(ctx, sid, req); err == nil {
+			return nil
+		}
+		var refused *opencode.APIError
+		if errors.As(err, &refused) || ctx.Err() != nil {
+			return err
+		}
+		if _, gerr := m.client.Message(ctx, sid, id); gerr == nil {
+			return nil // it arrived; its answer did not
+		} else if !errors.Is(gerr, opencode.ErrNotFound) {
+			return err
+		}
+	}
+	return err
+}
+
+// runOf is what a reconcile of e's current run passes to manager.Decide. m.mu must be held.
+func runOf(e *entry, idle bool) manager.Run {
+	return manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle, Prompt: e.task.PromptID}
+}
