@@ -40,6 +40,12 @@ type env struct {
 
 func newEnv(t *testing.T, fakeOpts []opencodetest.FakeOption, opts ...dashboard.Option) *env {
 	t.Helper()
+	return newEnvServer(t, fakeOpts, nil, opts...)
+}
+
+// newEnvServer is newEnv with setup applied to the test server before it starts.
+func newEnvServer(t *testing.T, fakeOpts []opencodetest.FakeOption, setup func(*http.Server), opts ...dashboard.Option) *env {
+	t.Helper()
 	f := opencodetest.NewFakeClient(fakeOpts...)
 	t.Cleanup(func() { _ = f.Close() })
 	m, err := asyncagents.New(f, asyncagents.WithPollInterval(100*time.Millisecond))
@@ -56,6 +62,9 @@ func newEnv(t *testing.T, fakeOpts []opencodetest.FakeOption, opts ...dashboard.
 		t.Fatal(err)
 	}
 	srv.Config.Handler = h
+	if setup != nil {
+		setup(srv.Config)
+	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { _ = h.Close() }) // before srv.Close: it waits for open streams
@@ -494,6 +503,8 @@ func TestNewValidates(t *testing.T) {
 		"zero heartbeat": {dashboard.WithHeartbeat(0)},
 		"no history":     {dashboard.WithHistory(0)},
 		"huge history":   {dashboard.WithHistory(dashboard.MaxHistory + 1)},
+		"no streams":     {dashboard.WithMaxStreams(0)},
+		"many streams":   {dashboard.WithMaxStreams(dashboard.MaxStreams + 1)},
 		"nil logger":     {dashboard.WithLogger(nil)},
 	} {
 		if h, err := dashboard.New(e.m, opts...); !errors.Is(err, asyncagents.ErrInvalidInput) {

@@ -26,7 +26,7 @@
 // ([http.CrossOriginProtection]); 404 for an unknown task or route; 405 for a wrong
 // method (with Allow); 409 for a cancel of a task that is not queued, running or resumed;
 // 502 when the OpenCode server failed the cancel; 503 when the Manager or the handler
-// is closed.
+// is closed, or for an event stream beyond [WithMaxStreams] (with Retry-After).
 //
 // # Task fields
 //
@@ -91,6 +91,9 @@
 // served on its request's goroutine and reads that history, so the Manager never waits for
 // the handler and the handler never waits for a client: a client that falls behind by
 // more than the history gets a snapshot, one that stops reading is cut off when a write
-// times out. [Handler.Close] stops the goroutine and ends the streams. When the Manager
-// is closed the streams end and the API answers 503.
+// times out. At most [WithMaxStreams] streams are open at once ([DefaultMaxStreams]). An
+// idle stream holds no copy of the snapshot it sent, and it outlives the ReadTimeout and
+// WriteTimeout of the [http.Server] (each of its writes sets its own deadline).
+// [Handler.Close] stops the goroutine and ends the streams. When the Manager is closed
+// the streams end and the API answers 503.
 package dashboard

@@ -42,15 +42,16 @@ type Handler struct {
 	hubDone   chan struct{} // closed when the hub goroutine returns
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	epoch   string                      // names the current run of the hub's subscription
-	last    uint64                      // number of the last change of the epoch
-	ring    []record                    // the last len(ring) changes: change n at (n-1)%len(ring)
-	tasks   map[string]asyncagents.Task // the tasks as of change last
-	wake    chan struct{}               // closed and replaced at every change and at the end
-	ended   bool                        // the hub stopped: Close, or the Manager closed
-	closing bool                        // Close was called: no new streams
-	streams sync.WaitGroup              // open event streams
+	mu       sync.Mutex
+	epoch    string                      // names the current run of the hub's subscription
+	last     uint64                      // number of the last change of the epoch
+	ring     []record                    // the last len(ring) changes: change n at (n-1)%len(ring)
+	tasks    map[string]asyncagents.Task // the tasks as of change last
+	wake     chan struct{}               // closed and replaced at every change and at the end
+	ended    bool                        // the hub stopped: Close, or the Manager closed
+	closing  bool                        // Close was called: no new streams
+	nstreams int                         // open event streams, at most cfg.maxStreams
+	streams  sync.WaitGroup              // open event streams
 }
 
 // record is one change, encoded once for every stream.

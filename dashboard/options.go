@@ -19,12 +19,18 @@ const (
 	DefaultHistory = 1024
 	// MaxHistory bounds [WithHistory].
 	MaxHistory = 1 << 16
+	// DefaultMaxStreams is how many event streams may be open at once ([WithMaxStreams]).
+	DefaultMaxStreams = 64
+	// MaxStreams bounds [WithMaxStreams].
+	MaxStreams = 1 << 12
 	// maxToken bounds the length of a token in bytes.
 	maxToken = 4096
 	// subscriptionBuffer is the buffer of the handler's own [asyncagents.Subscription]:
 	// its reader only encodes each change once, so it falls behind only under a burst of
 	// this many changes faster than that.
 	subscriptionBuffer = 4096
+	// retryAfter is the Retry-After, in seconds, of a stream refused for [WithMaxStreams].
+	retryAfter = "5"
 	// defaultWriteTimeout bounds each write to an event stream: a client that stops reading is
 	// cut off after it, so that [Handler.Close] never waits longer for its stream.
 	defaultWriteTimeout = 10 * time.Second
@@ -44,6 +50,7 @@ type config struct {
 	readOnly    bool
 	heartbeat   time.Duration
 	history     int
+	maxStreams  int
 	logger      *slog.Logger
 
 	// Set by the package's own tests only: the buffer of the handler's subscription, a
@@ -57,6 +64,7 @@ func defaultConfig() config {
 	return config{
 		heartbeat:    DefaultHeartbeat,
 		history:      DefaultHistory,
+		maxStreams:   DefaultMaxStreams,
 		logger:       slog.New(slog.DiscardHandler),
 		subBuffer:    subscriptionBuffer,
 		writeTimeout: defaultWriteTimeout,
@@ -77,6 +85,9 @@ func (c *config) validate() error {
 	}
 	if c.history < 1 || c.history > MaxHistory {
 		return fmt.Errorf("%w: dashboard: history %d must be 1 to %d", asyncagents.ErrInvalidInput, c.history, MaxHistory)
+	}
+	if c.maxStreams < 1 || c.maxStreams > MaxStreams {
+		return fmt.Errorf("%w: dashboard: max streams %d must be 1 to %d", asyncagents.ErrInvalidInput, c.maxStreams, MaxStreams)
 	}
 	if c.logger == nil {
 		return fmt.Errorf("%w: dashboard: nil logger", asyncagents.ErrInvalidInput)
@@ -118,6 +129,13 @@ func WithHeartbeat(d time.Duration) Option {
 // a snapshot instead. Defaults to [DefaultHistory]; 1 to [MaxHistory].
 func WithHistory(n int) Option {
 	return optionFunc(func(c *config) { c.history = n })
+}
+
+// WithMaxStreams bounds how many event streams (GET /api/events) may be open at once;
+// one more is answered 503 with "Retry-After: 5". Defaults
+// to [DefaultMaxStreams]; 1 to [MaxStreams].
+func WithMaxStreams(n int) Option {
+	return optionFunc(func(c *config) { c.maxStreams = n })
 }
 
 // WithLogger sets the logger for the handler's own work: resubscriptions after it fell
