@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -100,7 +99,8 @@ func (e *env) await(t *testing.T, caller asyncagents.Caller, id string) asyncage
 	return out.Task
 }
 
-// do sends a request and returns the status, the headers and the body.
+// do sends a request with headers (name, value, …; "Host" sets the request's Host) and
+// returns the status, the headers and the body.
 func (e *env) do(t *testing.T, method, path string, hdr ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.srv.URL+path, nil)
@@ -108,6 +108,10 @@ func (e *env) do(t *testing.T, method, path string, hdr ...string) (int, http.He
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.srv.Client().Do(req)
@@ -394,77 +398,6 @@ func TestPage(t *testing.T) {
 	}
 }
 
-func TestToken(t *testing.T) {
-	const token = "s3cret token/+"
-	e := newEnv(t, nil, dashboard.WithToken(token))
-	code, hdr, body := e.do(t, http.MethodGet, "/api/tasks")
-	wantError(t, "no token", code, http.StatusUnauthorized, hdr, body)
-	if !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
-		t.Errorf("WWW-Authenticate = %q", hdr.Get("WWW-Authenticate"))
-	}
-	code, hdr, body = e.do(t, http.MethodGet, "/api/tasks", "Authorization", "Bearer wrong")
-	wantError(t, "wrong token", code, http.StatusUnauthorized, hdr, body)
-	code, hdr, body = e.do(t, http.MethodGet, "/api/events", "Authorization", "Bearer wrong")
-	wantError(t, "wrong token, events", code, http.StatusUnauthorized, hdr, body)
-	if code, _, body := e.do(t, http.MethodGet, "/api/tasks", "Authorization", "Bearer "+token); code != http.StatusOK {
-		t.Errorf("right token = %d %s", code, body)
-	}
-	if code, _, body := e.do(t, http.MethodGet, "/api/tasks", "Authorization", "bearer "+token); code != http.StatusOK {
-		t.Errorf("right token, lower-case scheme = %d %s", code, body)
-	}
-	// The page itself holds no data: it loads without the token.
-	if code, _, _ := e.do(t, http.MethodGet, "/"); code != http.StatusOK {
-		t.Errorf("page without token = %d", code)
-	}
-
-	// Opened once with ?token=, the page sets a cookie and drops the token from its address.
-	jar := &cookieJar{}
-	client := &http.Client{Transport: e.srv.Client().Transport, Jar: jar,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Get(e.srv.URL + "/?token=" + strings.NewReplacer(" ", "%20", "/", "%2F", "+", "%2B").Replace(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "./" {
-		t.Fatalf("GET /?token= = %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	c := resp.Cookies()
-	if len(c) != 1 || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || strings.Contains(c[0].Value, "s3cret") {
-		t.Fatalf("cookie = %+v", c)
-	}
-	resp, err = client.Get(e.srv.URL + "/api/tasks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("with the cookie: %d", resp.StatusCode)
-	}
-	code, hdr, body = e.do(t, http.MethodGet, "/api/tasks", "Cookie", c[0].Name+"=forged")
-	wantError(t, "forged cookie", code, http.StatusUnauthorized, hdr, body)
-	code, hdr, body = e.do(t, http.MethodGet, "/?token=wrong")
-	wantError(t, "page with a wrong token", code, http.StatusUnauthorized, hdr, body)
-}
-
-// cookieJar keeps the cookies of one host, for TestToken.
-type cookieJar struct {
-	mu sync.Mutex
-	c  []*http.Cookie
-}
-
-func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.c = append(j.c, cs...)
-}
-
-func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.c
-}
-
 func TestMiddleware(t *testing.T) {
 	var calls int
 	var mu sync.Mutex
@@ -506,6 +439,13 @@ func TestNewValidates(t *testing.T) {
 		"no streams":     {dashboard.WithMaxStreams(0)},
 		"many streams":   {dashboard.WithMaxStreams(dashboard.MaxStreams + 1)},
 		"nil logger":     {dashboard.WithLogger(nil)},
+		"nil clock":      {dashboard.WithClock(nil)},
+		"no login TTL":   {dashboard.WithLoginTTL(0)},
+		"long login TTL": {dashboard.WithLoginTTL(dashboard.MaxLoginTTL + time.Second)},
+		"no idle":        {dashboard.WithSessionTimeout(0, time.Hour)},
+		"idle past life": {dashboard.WithSessionTimeout(2*time.Hour, time.Hour)},
+		"no lifetime":    {dashboard.WithSessionTimeout(time.Hour, 0)},
+		"long lifetime":  {dashboard.WithSessionTimeout(time.Hour, dashboard.MaxSessionLifetime+time.Second)},
 	} {
 		if h, err := dashboard.New(e.m, opts...); !errors.Is(err, asyncagents.ErrInvalidInput) {
 			t.Errorf("%s: New = %v, want ErrInvalidInput", name, err)

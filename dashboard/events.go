@@ -41,6 +41,11 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 		h.streams.Done()
 	}()
+	sess := sessionOf(r)
+	var gone <-chan struct{} // nil (never ready) without a session
+	if sess != nil {
+		gone = sess.gone
+	}
 
 	rc := http.NewResponseController(w)
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve another request
@@ -105,7 +110,12 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wake:
 		case <-heartbeat.C:
+			if sess != nil && !h.sessions.touch(sess) {
+				return
+			}
 			buf.WriteString(": heartbeat\n\n")
+		case <-gone:
+			return
 		case <-r.Context().Done():
 			return
 		case <-h.stop:
