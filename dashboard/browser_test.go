@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/asyncagents/asyncagents"
@@ -471,6 +472,34 @@ func TestBrowserLoginLinkS2(t *testing.T) {
 	if loc != open.srv.URL+"/" {
 		t.Errorf("address after the login without a token = %s", loc)
 	}
+}
+
+// S-1: a page whose name resolves to 127.0.0.1 (DNS rebinding: the browser's host rules
+// stand for a DNS answer) gets 403 for the page and for its own script's API requests;
+// a name of WithAllowedHosts loads.
+func TestBrowserDNSRebindingS1(t *testing.T) {
+	chromium(t)
+	e := newEnv(t, held())
+	allowed := newEnv(t, held(), dashboard.WithAllowedHosts("dev.test"))
+	ctx := browser(t, 1280, 900, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1, MAP dev.test 127.0.0.1"))
+	_, port, _ := strings.Cut(strings.TrimPrefix(e.srv.URL, "http://"), ":")
+	_, allowedPort, _ := strings.Cut(strings.TrimPrefix(allowed.srv.URL, "http://"), ":")
+	var body string
+	var status int
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate("http://rebind.test:"+port+"/"),
+		chromedp.Text(`body`, &body, chromedp.ByQuery),
+		chromedp.Evaluate(`fetch('/api/tasks').then(r => r.status)`, &status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+			return p.WithAwaitPromise(true)
+		}))
+	if !strings.Contains(body, "host not allowed") || status != 403 {
+		t.Errorf("the page at rebind.test: %q; its fetch of /api/tasks: %d", body, status)
+	}
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate("http://localhost:"+port+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Navigate("http://dev.test:"+allowedPort+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
 }
 
 // TestBrowserScreenshot saves a picture of the page with tasks in every state when

@@ -99,8 +99,7 @@ func (e *env) await(t *testing.T, caller asyncagents.Caller, id string) asyncage
 	return out.Task
 }
 
-// do sends a request with headers (name, value, …; "Host" sets the request's Host) and
-// returns the status, the headers and the body.
+// do sends a request and returns the status, the headers and the body.
 func (e *env) do(t *testing.T, method, path string, hdr ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.srv.URL+path, nil)
@@ -108,10 +107,6 @@ func (e *env) do(t *testing.T, method, path string, hdr ...string) (int, http.He
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.srv.Client().Do(req)
@@ -446,6 +441,11 @@ func TestNewValidates(t *testing.T) {
 		"idle past life": {dashboard.WithSessionTimeout(2*time.Hour, time.Hour)},
 		"no lifetime":    {dashboard.WithSessionTimeout(time.Hour, 0)},
 		"long lifetime":  {dashboard.WithSessionTimeout(time.Hour, dashboard.MaxSessionLifetime+time.Second)},
+		"host with port": {dashboard.WithAllowedHosts("dev.example:80")},
+		"host wildcard":  {dashboard.WithAllowedHosts("*.example")},
+		"empty host":     {dashboard.WithAllowedHosts("")},
+		"host with path": {dashboard.WithAllowedHosts("dev.example/x")},
+		"bracketed IP":   {dashboard.WithAllowedHosts("[::1]")},
 	} {
 		if h, err := dashboard.New(e.m, opts...); !errors.Is(err, asyncagents.ErrInvalidInput) {
 			t.Errorf("%s: New = %v, want ErrInvalidInput", name, err)

@@ -28,12 +28,13 @@
 // Errors are JSON, {"error": "<a short message>"}, with the status: 400 for a malformed id,
 // parent or status, and for a page address with ?token=; 401 for a missing or wrong token
 // or session (with WWW-Authenticate: Bearer) and for a login code that is used, expired
-// or unknown (an HTML page when the request accepts text/html); 403 for a cancel of a
-// read-only handler ([WithReadOnly]), a cross-origin POST ([http.CrossOriginProtection])
-// or a login link asked for by a session; 404 for an unknown task or route; 405 for a
-// wrong method (with Allow); 409 for a cancel of a task that is not queued, running or
-// resumed; 502 when the OpenCode server failed the cancel; 503 when the Manager or the
-// handler is closed, or for an event stream beyond [WithMaxStreams] (with Retry-After).
+// or unknown (an HTML page when the request accepts text/html); 403 for a Host that is
+// not allowed (see below), a cancel of a read-only handler ([WithReadOnly]), a
+// cross-origin POST ([http.CrossOriginProtection]) or a login link asked for by a
+// session; 404 for an unknown task or route; 405 for a wrong method (with Allow); 409 for
+// a cancel of a task that is not queued, running or resumed; 502 when the OpenCode server
+// failed the cancel; 503 when the Manager or the handler is closed, or for an event
+// stream beyond [WithMaxStreams] (with Retry-After).
 //
 // # Task fields
 //
@@ -104,6 +105,11 @@
 // well. Without either, anyone who can reach the handler can read the tasks and cancel
 // them: serve it on a loopback address only. POST requests from another origin are
 // refused in every mode.
+//
+// On a loopback address, the handler also checks the Host header, in every mode: a request
+// whose Host names anything but localhost, a loopback IP or a host of [WithAllowedHosts]
+// (any port) is answered 403, so that a web page whose name was re-bound to 127.0.0.1
+// (DNS rebinding) can neither read nor cancel tasks. [WithAnyHost] turns the check off.
 //
 // # Goroutines
 //

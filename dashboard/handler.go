@@ -107,7 +107,7 @@ func New(m *asyncagents.Manager, opts ...Option) (*Handler, error) {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused")
 	}))
-	var root http.Handler = cop.Handler(h.authenticate(mux))
+	var root http.Handler = h.checkHost(cop.Handler(h.authenticate(mux)))
 	for i := len(cfg.middlewares) - 1; i >= 0; i-- {
 		root = cfg.middlewares[i](root)
 	}

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
@@ -71,6 +75,8 @@ type config struct {
 	loginTTL        time.Duration
 	sessionIdle     time.Duration
 	sessionLifetime time.Duration
+	allowedHosts    []string // lower case; IPs in netip's form
+	anyHost         bool
 	clock           asyncagents.Clock
 	logger          *slog.Logger
 
@@ -123,6 +129,15 @@ func (c *config) validate() error {
 	if c.sessionIdle <= 0 || c.sessionIdle > c.sessionLifetime {
 		return fmt.Errorf("%w: dashboard: session idle timeout %v must be positive and at most the lifetime %v", asyncagents.ErrInvalidInput, c.sessionIdle, c.sessionLifetime)
 	}
+	for i, h := range c.allowedHosts {
+		if ip, err := netip.ParseAddr(h); err == nil && ip.Zone() == "" {
+			c.allowedHosts[i] = ip.Unmap().String()
+			continue
+		}
+		if len(h) > 253 || !hostPattern.MatchString(h) {
+			return fmt.Errorf("%w: dashboard: allowed host %s is not a host name or IP address without port", asyncagents.ErrInvalidInput, quote(h))
+		}
+	}
 	if c.clock == nil {
 		return fmt.Errorf("%w: dashboard: nil clock", asyncagents.ErrInvalidInput)
 	}
@@ -130,6 +145,17 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: dashboard: nil logger", asyncagents.ErrInvalidInput)
 	}
 	return nil
+}
+
+// hostPattern is a DNS name in lower case: labels of letters, digits and '-', joined by dots.
+var hostPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// quote quotes s for an error message, cut to 40 bytes.
+func quote(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:40]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 type systemClock struct{}
@@ -198,6 +224,28 @@ func WithLoginTTL(d time.Duration) Option {
 // positive and at most lifetime.
 func WithSessionTimeout(idle, lifetime time.Duration) Option {
 	return optionFunc(func(c *config) { c.sessionIdle, c.sessionLifetime = idle, lifetime })
+}
+
+// WithAllowedHosts adds host names that the Host header of a request may name, besides
+// localhost and loopback IPs, when the request arrives on a loopback address: for a name
+// of the host's own that resolves to 127.0.0.1 ("dev.internal"). Each is a DNS name or an
+// IP address, without port or brackets; case does not matter; any port is accepted.
+// Defaults to none. See [WithAnyHost].
+func WithAllowedHosts(hosts ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, h := range hosts {
+			c.allowedHosts = append(c.allowedHosts, strings.ToLower(h))
+		}
+	})
+}
+
+// WithAnyHost turns off the Host check: by default, a request that arrives on a loopback
+// address (127.0.0.0/8, ::1) with a Host header naming anything but localhost, a loopback
+// IP or a host of [WithAllowedHosts] is answered 403, so that a web page whose name was
+// re-bound to 127.0.0.1 (DNS rebinding) cannot read or cancel tasks. Requests on other
+// addresses are never checked. Turn it off only behind a proxy that checks Host itself.
+func WithAnyHost() Option {
+	return optionFunc(func(c *config) { c.anyHost = true })
 }
 
 // WithClock sets the clock that times login links and sessions. Defaults to the system
