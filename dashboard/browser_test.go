@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/asyncagents/asyncagents"
@@ -52,15 +55,15 @@ func chromium(t *testing.T) string {
 }
 
 // browser starts a headless chromium with a fresh profile, HOME and XDG folders under
-// t.TempDir, and stops it when the test ends: the browser through chromedp's allocator,
-// then every process of its group, then the profile is removed.
-func browser(t *testing.T, width, height int) context.Context {
+// t.TempDir, and extra options, and stops it when the test ends: the browser through
+// chromedp's allocator, then every process of its group, then the profile is removed.
+func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	exe := chromium(t)
 	home := t.TempDir()
 	profile := filepath.Join(home, "profile")
 	var cmd *exec.Cmd
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ModifyCmdFunc(func(c *exec.Cmd) { cmd = c; ownGroup(c) }),
 		chromedp.ExecPath(exe),
 		chromedp.Flag("headless", true),
@@ -82,7 +85,7 @@ func browser(t *testing.T, width, height int) context.Context {
 		chromedp.WindowSize(width, height),
 		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "XDG_DATA_HOME="+filepath.Join(home, ".local/share")),
-	)
+	}, extra...)...)
 	t.Cleanup(func() {
 		cancelAlloc() // kills the browser process and waits for it
 		if cmd != nil && cmd.Process != nil {
@@ -381,9 +384,11 @@ func TestBrowserThousandTasks(t *testing.T) {
 	}
 }
 
-// With a token, the page without it says how to sign in; opened once with ?token= it
-// keeps a cookie, drops the token from its address and goes live.
-func TestBrowserToken(t *testing.T) {
+// S-2: with a token, the page without a login says how to sign in; a login link opens it
+// once: the page goes live, its address and history hold no code, and the cookie holds
+// neither the code nor the token. The same link fails the second time. Without a token,
+// the page needs no login and a link works all the same.
+func TestBrowserLoginLinkS2(t *testing.T) {
 	chromium(t)
 	const token = "tok/en+with space"
 	e := newEnv(t, held(), dashboard.WithToken(token))
@@ -394,22 +399,107 @@ func TestBrowserToken(t *testing.T) {
 		chromedp.Navigate(e.srv.URL+"/"),
 		chromedp.WaitVisible(`#notice p`, chromedp.ByQuery),
 		chromedp.Text(`#notice p span`, &notice, chromedp.ByQuery))
-	if !strings.Contains(notice, "?token=") {
-		t.Errorf("notice without the token = %q", notice)
+	if !strings.Contains(notice, "login link") || strings.Contains(notice, "token=") {
+		t.Errorf("notice without a login = %q", notice)
 	}
+
+	link := e.srv.URL + "/" + e.h.LoginLink()
+	code := link[strings.Index(link, "=")+1:]
 	run(t, ctx, 30*time.Second,
-		chromedp.Navigate(e.srv.URL+"/?token="+url.QueryEscape(token)),
+		chromedp.Navigate(link),
 		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
 		chromedp.Location(&loc))
 	if loc != e.srv.URL+"/" {
-		t.Errorf("address after signing in = %s", loc)
+		t.Errorf("address after the login = %s", loc)
 	}
 	waitRow(t, ctx, task.ID, 10*time.Second, "the task", func(r *rowState) bool { return r.Status == "running" })
 	var hidden bool
 	run(t, ctx, 5*time.Second, chromedp.Evaluate(`document.getElementById('notice').hidden`, &hidden))
 	if !hidden {
-		t.Error("the sign-in notice stayed after signing in")
+		t.Error("the sign-in notice stayed after the login")
 	}
+	var history []*page.NavigationEntry
+	var cookies, pageCookies []*network.Cookie
+	run(t, ctx, 10*time.Second, chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		if _, history, err = page.GetNavigationHistory().Do(ctx); err != nil {
+			return err
+		}
+		if cookies, err = network.GetCookies().WithURLs([]string{e.srv.URL + "/api/events"}).Do(ctx); err != nil {
+			return err
+		}
+		pageCookies, err = network.GetCookies().WithURLs([]string{e.srv.URL + "/"}).Do(ctx)
+		return err
+	}))
+	for _, h := range history {
+		if strings.Contains(h.URL, code) || strings.Contains(h.URL, "login=") {
+			t.Errorf("history holds the code: %s", h.URL)
+		}
+	}
+	_, port, _ := strings.Cut(strings.TrimPrefix(e.srv.URL, "http://"), ":")
+	if len(cookies) != 1 {
+		t.Fatalf("cookies for the API: %+v", cookies)
+	}
+	c := cookies[0]
+	if c.Name != "asyncagents_dashboard_"+port || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Path != "/api/" ||
+		strings.Contains(c.Value, code) || strings.Contains(c.Value, token) || strings.Contains(c.Value, url.QueryEscape(token)) {
+		t.Errorf("cookie = %+v", c)
+	}
+	if len(pageCookies) != 0 {
+		t.Errorf("cookies sent outside the API: %+v", pageCookies)
+	}
+
+	// The same link a second time: refused, though this browser is signed in.
+	var h1 string
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(link),
+		chromedp.Text(`h1`, &h1, chromedp.ByQuery))
+	if h1 != "This login link is not valid" {
+		t.Errorf("the link opened again shows %q", h1)
+	}
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(e.srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
+
+	// Without a token: the page needs nothing, and a link works too.
+	open := newEnv(t, held())
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate(open.srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Navigate(open.srv.URL+"/"+open.h.LoginLink()),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Location(&loc))
+	if loc != open.srv.URL+"/" {
+		t.Errorf("address after the login without a token = %s", loc)
+	}
+}
+
+// S-1: a page whose name resolves to 127.0.0.1 (DNS rebinding: the browser's host rules
+// stand for a DNS answer) gets 403 for the page and for its own script's API requests;
+// a name of WithAllowedHosts loads.
+func TestBrowserDNSRebindingS1(t *testing.T) {
+	chromium(t)
+	e := newEnv(t, held())
+	allowed := newEnv(t, held(), dashboard.WithAllowedHosts("dev.test"))
+	ctx := browser(t, 1280, 900, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1, MAP dev.test 127.0.0.1"))
+	_, port, _ := strings.Cut(strings.TrimPrefix(e.srv.URL, "http://"), ":")
+	_, allowedPort, _ := strings.Cut(strings.TrimPrefix(allowed.srv.URL, "http://"), ":")
+	var body string
+	var status int
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate("http://rebind.test:"+port+"/"),
+		chromedp.Text(`body`, &body, chromedp.ByQuery),
+		chromedp.Evaluate(`fetch('/api/tasks').then(r => r.status)`, &status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+			return p.WithAwaitPromise(true)
+		}))
+	if !strings.Contains(body, "host not allowed") || status != 403 {
+		t.Errorf("the page at rebind.test: %q; its fetch of /api/tasks: %d", body, status)
+	}
+	run(t, ctx, 30*time.Second,
+		chromedp.Navigate("http://localhost:"+port+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+		chromedp.Navigate("http://dev.test:"+allowedPort+"/"),
+		chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
 }
 
 // TestBrowserScreenshot saves a picture of the page with tasks in every state when

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -40,6 +39,12 @@ type env struct {
 
 func newEnv(t *testing.T, fakeOpts []opencodetest.FakeOption, opts ...dashboard.Option) *env {
 	t.Helper()
+	return newEnvServer(t, fakeOpts, nil, opts...)
+}
+
+// newEnvServer is newEnv with setup applied to the test server before it starts.
+func newEnvServer(t *testing.T, fakeOpts []opencodetest.FakeOption, setup func(*http.Server), opts ...dashboard.Option) *env {
+	t.Helper()
 	f := opencodetest.NewFakeClient(fakeOpts...)
 	t.Cleanup(func() { _ = f.Close() })
 	m, err := asyncagents.New(f, asyncagents.WithPollInterval(100*time.Millisecond))
@@ -56,6 +61,9 @@ func newEnv(t *testing.T, fakeOpts []opencodetest.FakeOption, opts ...dashboard.
 		t.Fatal(err)
 	}
 	srv.Config.Handler = h
+	if setup != nil {
+		setup(srv.Config)
+	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { _ = h.Close() }) // before srv.Close: it waits for open streams
@@ -385,77 +393,6 @@ func TestPage(t *testing.T) {
 	}
 }
 
-func TestToken(t *testing.T) {
-	const token = "s3cret token/+"
-	e := newEnv(t, nil, dashboard.WithToken(token))
-	code, hdr, body := e.do(t, http.MethodGet, "/api/tasks")
-	wantError(t, "no token", code, http.StatusUnauthorized, hdr, body)
-	if !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
-		t.Errorf("WWW-Authenticate = %q", hdr.Get("WWW-Authenticate"))
-	}
-	code, hdr, body = e.do(t, http.MethodGet, "/api/tasks", "Authorization", "Bearer wrong")
-	wantError(t, "wrong token", code, http.StatusUnauthorized, hdr, body)
-	code, hdr, body = e.do(t, http.MethodGet, "/api/events", "Authorization", "Bearer wrong")
-	wantError(t, "wrong token, events", code, http.StatusUnauthorized, hdr, body)
-	if code, _, body := e.do(t, http.MethodGet, "/api/tasks", "Authorization", "Bearer "+token); code != http.StatusOK {
-		t.Errorf("right token = %d %s", code, body)
-	}
-	if code, _, body := e.do(t, http.MethodGet, "/api/tasks", "Authorization", "bearer "+token); code != http.StatusOK {
-		t.Errorf("right token, lower-case scheme = %d %s", code, body)
-	}
-	// The page itself holds no data: it loads without the token.
-	if code, _, _ := e.do(t, http.MethodGet, "/"); code != http.StatusOK {
-		t.Errorf("page without token = %d", code)
-	}
-
-	// Opened once with ?token=, the page sets a cookie and drops the token from its address.
-	jar := &cookieJar{}
-	client := &http.Client{Transport: e.srv.Client().Transport, Jar: jar,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Get(e.srv.URL + "/?token=" + strings.NewReplacer(" ", "%20", "/", "%2F", "+", "%2B").Replace(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "./" {
-		t.Fatalf("GET /?token= = %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	c := resp.Cookies()
-	if len(c) != 1 || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || strings.Contains(c[0].Value, "s3cret") {
-		t.Fatalf("cookie = %+v", c)
-	}
-	resp, err = client.Get(e.srv.URL + "/api/tasks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("with the cookie: %d", resp.StatusCode)
-	}
-	code, hdr, body = e.do(t, http.MethodGet, "/api/tasks", "Cookie", c[0].Name+"=forged")
-	wantError(t, "forged cookie", code, http.StatusUnauthorized, hdr, body)
-	code, hdr, body = e.do(t, http.MethodGet, "/?token=wrong")
-	wantError(t, "page with a wrong token", code, http.StatusUnauthorized, hdr, body)
-}
-
-// cookieJar keeps the cookies of one host, for TestToken.
-type cookieJar struct {
-	mu sync.Mutex
-	c  []*http.Cookie
-}
-
-func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.c = append(j.c, cs...)
-}
-
-func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.c
-}
-
 func TestMiddleware(t *testing.T) {
 	var calls int
 	var mu sync.Mutex
@@ -494,7 +431,21 @@ func TestNewValidates(t *testing.T) {
 		"zero heartbeat": {dashboard.WithHeartbeat(0)},
 		"no history":     {dashboard.WithHistory(0)},
 		"huge history":   {dashboard.WithHistory(dashboard.MaxHistory + 1)},
+		"no streams":     {dashboard.WithMaxStreams(0)},
+		"many streams":   {dashboard.WithMaxStreams(dashboard.MaxStreams + 1)},
 		"nil logger":     {dashboard.WithLogger(nil)},
+		"nil clock":      {dashboard.WithClock(nil)},
+		"no login TTL":   {dashboard.WithLoginTTL(0)},
+		"long login TTL": {dashboard.WithLoginTTL(dashboard.MaxLoginTTL + time.Second)},
+		"no idle":        {dashboard.WithSessionTimeout(0, time.Hour)},
+		"idle past life": {dashboard.WithSessionTimeout(2*time.Hour, time.Hour)},
+		"no lifetime":    {dashboard.WithSessionTimeout(time.Hour, 0)},
+		"long lifetime":  {dashboard.WithSessionTimeout(time.Hour, dashboard.MaxSessionLifetime+time.Second)},
+		"host with port": {dashboard.WithAllowedHosts("dev.example:80")},
+		"host wildcard":  {dashboard.WithAllowedHosts("*.example")},
+		"empty host":     {dashboard.WithAllowedHosts("")},
+		"host with path": {dashboard.WithAllowedHosts("dev.example/x")},
+		"bracketed IP":   {dashboard.WithAllowedHosts("[::1]")},
 	} {
 		if h, err := dashboard.New(e.m, opts...); !errors.Is(err, asyncagents.ErrInvalidInput) {
 			t.Errorf("%s: New = %v, want ErrInvalidInput", name, err)

@@ -4,7 +4,7 @@
 //	h, err := dashboard.New(m, dashboard.WithToken(token))
 //	defer h.Close()
 //	mux.Handle("/tasks/", http.StripPrefix("/tasks", h)) // or serve h at the root
-//	// open http://127.0.0.1:PORT/tasks/?token=TOKEN
+//	fmt.Println("http://127.0.0.1:PORT/tasks/" + h.LoginLink()) // for the user, once
 //
 // The page and the API use relative URLs, so the handler works under any prefix, as long
 // as the page is opened at the prefix with its trailing slash.
@@ -12,6 +12,8 @@
 // # Routes
 //
 //	GET  /                        the page: one self-contained HTML file, live through /api/events
+//	GET  /?login=<code>           trades a login link's code for a session cookie, then
+//	                              redirects (303) to ./ ([Handler.LoginLink])
 //	GET  /api/tasks               {"tasks": [task, …]}: every task of the Manager, in the order
 //	                              of Manager.ListAll; ?parent=<session id> and ?status=<status>
 //	                              filter
@@ -19,14 +21,20 @@
 //	POST /api/tasks/{id}/cancel   cancels a queued, running or resumed task for its parent
 //	                              session (Manager.Cancel); answers the task
 //	GET  /api/events              server-sent events, see below
+//	POST /api/login-link          {"link": "?login=<code>", "expires": <RFC 3339 time>}: a
+//	                              new login link, for a program that holds the token
+//	POST /api/logout              ends the request's session and clears its cookie; 204
 //
 // Errors are JSON, {"error": "<a short message>"}, with the status: 400 for a malformed id,
-// parent or status; 401 for a missing or wrong token (with WWW-Authenticate: Bearer); 403
-// for a cancel of a read-only handler ([WithReadOnly]) or a cross-origin POST
-// ([http.CrossOriginProtection]); 404 for an unknown task or route; 405 for a wrong
-// method (with Allow); 409 for a cancel of a task that is not queued, running or resumed;
-// 502 when the OpenCode server failed the cancel; 503 when the Manager or the handler
-// is closed.
+// parent or status, and for a page address with ?token=; 401 for a missing or wrong token
+// or session (with WWW-Authenticate: Bearer) and for a login code that is used, expired
+// or unknown (an HTML page when the request accepts text/html); 403 for a Host that is
+// not allowed (see below), a cancel of a read-only handler ([WithReadOnly]), a
+// cross-origin POST ([http.CrossOriginProtection]) or a login link asked for by a
+// session; 404 for an unknown task or route; 405 for a wrong method (with Allow); 409 for
+// a cancel of a task that is not queued, running or resumed; 502 when the OpenCode server
+// failed the cancel; 503 when the Manager or the handler is closed, or for an event
+// stream beyond [WithMaxStreams] (with Retry-After).
 //
 // # Task fields
 //
@@ -76,13 +84,32 @@
 //
 // # Authentication
 //
-// With [WithToken], every route but the page needs the token, as "Authorization: Bearer
-// <token>" or as the cookie the page sets: open the page once as "/?token=<token>" and the
-// handler sets an HttpOnly, SameSite=Strict cookie (named after the port, holding a hash of
-// the token) and redirects to the page without the token in its address. [WithMiddleware]
-// wraps the whole handler for authentication by the host instead, or as well. Without
-// either, anyone who can reach the handler can read the tasks and cancel them: serve it on
-// a loopback address only. POST requests from another origin are refused in every mode.
+// With [WithToken], every route but the page and the logout needs a credential: the
+// token, as "Authorization: Bearer <token>", for programs; or a session cookie, for the
+// page. A session starts from a login link ([Handler.LoginLink], or POST /api/login-link
+// with the token): "?login=<code>" appended to the page's address, good for one GET
+// within [WithLoginTTL] ([DefaultLoginTTL]). Opening it sets the cookie and redirects
+// to the page without the code in its address (Referrer-Policy: no-referrer,
+// Cache-Control: no-store). The token is never accepted in a URL.
+//
+// The cookie is named after the port ("asyncagents_dashboard_4097": browsers send a host's
+// cookies to all its ports), scoped to the API's path ("/api/" under the host's prefix),
+// HttpOnly and SameSite=Strict, and holds 256 random bits that name a session the handler
+// keeps in memory as a hash. Sessions end when the process does, after an idle time and a
+// lifetime ([WithSessionTimeout]: [DefaultSessionIdle], [DefaultSessionLifetime]), and on
+// POST /api/logout; an open event stream ends with its session. At most [MaxSessions]
+// sessions and [MaxLoginLinks] unused links are kept; more forget the oldest. A session
+// reads and cancels tasks as the token does, but cannot mint login links.
+//
+// [WithMiddleware] wraps the whole handler for authentication by the host instead, or as
+// well. Without either, anyone who can reach the handler can read the tasks and cancel
+// them: serve it on a loopback address only. POST requests from another origin are
+// refused in every mode.
+//
+// On a loopback address, the handler also checks the Host header, in every mode: a request
+// whose Host names anything but localhost, a loopback IP or a host of [WithAllowedHosts]
+// (any port) is answered 403, so that a web page whose name was re-bound to 127.0.0.1
+// (DNS rebinding) can neither read nor cancel tasks. [WithAnyHost] turns the check off.
 //
 // # Goroutines
 //
@@ -91,6 +118,9 @@
 // served on its request's goroutine and reads that history, so the Manager never waits for
 // the handler and the handler never waits for a client: a client that falls behind by
 // more than the history gets a snapshot, one that stops reading is cut off when a write
-// times out. [Handler.Close] stops the goroutine and ends the streams. When the Manager
-// is closed the streams end and the API answers 503.
+// times out. At most [WithMaxStreams] streams are open at once ([DefaultMaxStreams]). An
+// idle stream holds no copy of the snapshot it sent, and it outlives the ReadTimeout and
+// WriteTimeout of the [http.Server] (each of its writes sets its own deadline).
+// [Handler.Close] stops the goroutine and ends the streams. When the Manager is closed
+// the streams end and the API answers 503.
 package dashboard

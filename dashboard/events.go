@@ -26,9 +26,26 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
+	if h.nstreams >= h.cfg.maxStreams {
+		h.mu.Unlock()
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, "too many event streams; retry later")
+		return
+	}
+	h.nstreams++
 	h.streams.Add(1)
 	h.mu.Unlock()
-	defer h.streams.Done()
+	defer func() {
+		h.mu.Lock()
+		h.nstreams--
+		h.mu.Unlock()
+		h.streams.Done()
+	}()
+	sess := sessionOf(r)
+	var gone <-chan struct{} // nil (never ready) without a session
+	if sess != nil {
+		gone = sess.gone
+	}
 
 	rc := http.NewResponseController(w)
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve another request
@@ -44,6 +61,9 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		last = r.URL.Query().Get("lastEventId")
 	}
 	epoch, n := parseEventID(last)
+	// buf gathers the small frames (changes, heartbeats); a snapshot is written from its
+	// own encoding and not copied, and a buffer grown by a burst is dropped once written,
+	// so that an idle stream holds little.
 	var buf bytes.Buffer
 	buf.WriteString("retry: 2000\n\n")
 	heartbeat := time.NewTicker(h.cfg.heartbeat)
@@ -65,19 +85,24 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		h.mu.Unlock()
+		var data []byte
 		if snap != nil {
 			sort.Slice(snap.Tasks, func(i, j int) bool { return snap.Tasks[i].ID > snap.Tasks[j].ID })
-			data, err := json.Marshal(snap)
-			if err != nil {
+			var err error
+			if data, err = json.Marshal(snap); err != nil {
 				return
 			}
-			writeEvent(&buf, "snapshot", epoch, n, data)
+			writeEventHead(&buf, "snapshot", epoch, n)
 		}
 		if buf.Len() > 0 {
-			if !h.write(w, rc, buf.Bytes()) {
+			if !h.write(w, rc, buf.Bytes(), data, eventEnd(data)) {
 				return
 			}
-			buf.Reset()
+			if buf.Cap() > maxKeptBuffer {
+				buf = bytes.Buffer{}
+			} else {
+				buf.Reset()
+			}
 		}
 		if ended {
 			return
@@ -85,7 +110,12 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wake:
 		case <-heartbeat.C:
+			if sess != nil && !h.sessions.touch(sess) {
+				return
+			}
 			buf.WriteString(": heartbeat\n\n")
+		case <-gone:
+			return
 		case <-r.Context().Done():
 			return
 		case <-h.stop:
@@ -94,14 +124,23 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// write sends p and flushes it within the write timeout (10 s); false when the client is gone.
-func (h *Handler) write(w http.ResponseWriter, rc *http.ResponseController, p []byte) bool {
+// maxKeptBuffer is the largest buffer an event stream keeps between writes.
+const maxKeptBuffer = 64 << 10
+
+// write sends ps and flushes them within the write timeout (10 s); false when the client
+// is gone.
+func (h *Handler) write(w http.ResponseWriter, rc *http.ResponseController, ps ...[]byte) bool {
 	if err := rc.SetWriteDeadline(time.Now().Add(h.cfg.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
-	if _, err := w.Write(p); err != nil {
-		h.cfg.logger.Debug("dashboard: event stream ended", "err", err)
-		return false
+	for _, p := range ps {
+		if len(p) == 0 {
+			continue
+		}
+		if _, err := w.Write(p); err != nil {
+			h.cfg.logger.Debug("dashboard: event stream ended", "err", err)
+			return false
+		}
 	}
 	if err := rc.Flush(); err != nil {
 		if errors.Is(err, http.ErrNotSupported) {
@@ -114,13 +153,28 @@ func (h *Handler) write(w http.ResponseWriter, rc *http.ResponseController, p []
 
 // writeEvent appends one event; data is one line of JSON.
 func writeEvent(buf *bytes.Buffer, name, epoch string, n uint64, data []byte) {
+	writeEventHead(buf, name, epoch, n)
+	buf.Write(data)
+	buf.WriteString("\n\n")
+}
+
+// writeEventHead appends an event up to its data, which the caller writes, then eventEnd.
+func writeEventHead(buf *bytes.Buffer, name, epoch string, n uint64) {
 	buf.WriteString("id: ")
 	buf.WriteString(eventID(epoch, n))
 	buf.WriteString("\nevent: ")
 	buf.WriteString(name)
 	buf.WriteString("\ndata: ")
-	buf.Write(data)
-	buf.WriteString("\n\n")
+}
+
+var eventTail = []byte("\n\n")
+
+// eventEnd ends an event whose data was written apart: nothing without data.
+func eventEnd(data []byte) []byte {
+	if data == nil {
+		return nil
+	}
+	return eventTail
 }
 
 // eventID is "<epoch>-<n>": the epoch names the handler's current subscription, n counts

@@ -32,7 +32,7 @@ func ExampleNew() {
 	}
 	defer h.Close()
 	mux := http.NewServeMux()
-	mux.Handle("/tasks/", http.StripPrefix("/tasks", h)) // the page: /tasks/?token=secret
+	mux.Handle("/tasks/", http.StripPrefix("/tasks", h)) // the page: /tasks/ + h.LoginLink()
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

@@ -5,14 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -35,22 +33,23 @@ type Handler struct {
 	page []byte       // index.html with the read-only flag set
 	csp  string
 
-	tokenHash  [32]byte // sha256 of the token
-	cookieHash [32]byte // sha256 of the cookie value
+	tokenHash [32]byte // sha256 of the token
+	sessions  *sessions
 
 	stop      chan struct{} // closed by Close
 	hubDone   chan struct{} // closed when the hub goroutine returns
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	epoch   string                      // names the current run of the hub's subscription
-	last    uint64                      // number of the last change of the epoch
-	ring    []record                    // the last len(ring) changes: change n at (n-1)%len(ring)
-	tasks   map[string]asyncagents.Task // the tasks as of change last
-	wake    chan struct{}               // closed and replaced at every change and at the end
-	ended   bool                        // the hub stopped: Close, or the Manager closed
-	closing bool                        // Close was called: no new streams
-	streams sync.WaitGroup              // open event streams
+	mu       sync.Mutex
+	epoch    string                      // names the current run of the hub's subscription
+	last     uint64                      // number of the last change of the epoch
+	ring     []record                    // the last len(ring) changes: change n at (n-1)%len(ring)
+	tasks    map[string]asyncagents.Task // the tasks as of change last
+	wake     chan struct{}               // closed and replaced at every change and at the end
+	ended    bool                        // the hub stopped: Close, or the Manager closed
+	closing  bool                        // Close was called: no new streams
+	nstreams int                         // open event streams, at most cfg.maxStreams
+	streams  sync.WaitGroup              // open event streams
 }
 
 // record is one change, encoded once for every stream.
@@ -85,10 +84,10 @@ func New(m *asyncagents.Manager, opts ...Option) (*Handler, error) {
 		ring:    make([]record, cfg.history),
 		wake:    make(chan struct{}),
 	}
+	h.sessions = newSessions(&h.cfg)
 	if cfg.hasToken {
 		h.tokenHash = sha256.Sum256([]byte(cfg.token))
-		h.cookieHash = sha256.Sum256([]byte(cookieValue(cfg.token)))
-		h.cfg.token = "" // kept only as hashes
+		h.cfg.token = "" // kept only as a hash
 	}
 	h.page, h.csp = preparePage(cfg.readOnly)
 	h.resetLocked(tasks)
@@ -99,6 +98,8 @@ func New(m *asyncagents.Manager, opts ...Option) (*Handler, error) {
 	mux.HandleFunc("/api/tasks/{id}", h.open(h.serveTask))
 	mux.HandleFunc("/api/tasks/{id}/cancel", h.open(h.serveCancel))
 	mux.HandleFunc("/api/events", h.serveEvents) // checks h.closing itself
+	mux.HandleFunc("/api/login-link", h.open(h.serveLoginLink))
+	mux.HandleFunc("/api/logout", h.serveLogout)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route")
 	})
@@ -106,7 +107,7 @@ func New(m *asyncagents.Manager, opts ...Option) (*Handler, error) {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused")
 	}))
-	var root http.Handler = cop.Handler(h.authenticate(mux))
+	var root http.Handler = h.checkHost(cop.Handler(h.authenticate(mux)))
 	for i := len(cfg.middlewares) - 1; i >= 0; i-- {
 		root = cfg.middlewares[i](root)
 	}
@@ -345,20 +346,14 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
-	if tok, ok := r.URL.Query()["token"]; ok && h.cfg.hasToken {
-		if len(tok) != 1 || !h.tokenOK(tok[0]) {
-			writeError(w, http.StatusUnauthorized, "invalid token")
-			return
-		}
-		http.SetCookie(w, &http.Cookie{
-			Name: cookieName(r), Value: cookieValueFromHash(h.tokenHash),
-			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
-		})
+	q := r.URL.Query()
+	if _, ok := q["token"]; ok {
 		w.Header().Set("Referrer-Policy", "no-referrer")
-		w.Header().Set("Cache-Control", "no-store")
-		// "./", not a path: behind http.StripPrefix the request does not know its prefix.
-		w.Header().Set("Location", "./")
-		w.WriteHeader(http.StatusSeeOther)
+		writeError(w, http.StatusBadRequest, "a token is not accepted in a URL: open a login link")
+		return
+	}
+	if codes, ok := q["login"]; ok {
+		h.serveLogin(w, r, codes)
 		return
 	}
 	hd := w.Header()
@@ -452,68 +447,6 @@ func (h *Handler) serveCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, view(ct))
-}
-
-// --- authentication ---
-
-// cookieValue is what the page's cookie holds for token: a hash, so the token itself is
-// not stored in the browser.
-func cookieValue(token string) string {
-	return cookieValueFromHash(sha256.Sum256([]byte(token)))
-}
-
-func cookieValueFromHash(tokenHash [32]byte) string {
-	s := sha256.Sum256(append([]byte("asyncagents dashboard cookie\x00"), tokenHash[:]...))
-	return hex.EncodeToString(s[:])
-}
-
-// cookieName names the cookie after the port the page was opened on: browsers send a
-// host's cookies to all its ports, and two dashboards on one host must not overwrite each
-// other's.
-func cookieName(r *http.Request) string {
-	name := "asyncagents_dashboard"
-	if _, port, err := net.SplitHostPort(r.Host); err == nil && port != "" && len(port) <= 5 && strings.Trim(port, "0123456789") == "" {
-		name += "_" + port
-	}
-	return name
-}
-
-func (h *Handler) tokenOK(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
-}
-
-func (h *Handler) cookieOK(r *http.Request) bool {
-	c, err := r.Cookie(cookieName(r))
-	if err != nil {
-		return false
-	}
-	got := sha256.Sum256([]byte(c.Value))
-	return subtle.ConstantTimeCompare(got[:], h.cookieHash[:]) == 1
-}
-
-// authenticate checks the token on every route but the page.
-func (h *Handler) authenticate(next http.Handler) http.Handler {
-	if !h.cfg.hasToken {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/" {
-			next.ServeHTTP(w, r) // the page holds no data; it signs in with ?token=
-			return
-		}
-		if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			if h.tokenOK(strings.TrimSpace(tok)) {
-				next.ServeHTTP(w, r)
-				return
-			}
-		} else if h.cookieOK(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncagents"`)
-		writeError(w, http.StatusUnauthorized, "missing or invalid token")
-	})
 }
 
 // --- the page ---

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
@@ -19,6 +23,29 @@ const (
 	DefaultHistory = 1024
 	// MaxHistory bounds [WithHistory].
 	MaxHistory = 1 << 16
+	// DefaultMaxStreams is how many event streams may be open at once ([WithMaxStreams]).
+	DefaultMaxStreams = 64
+	// MaxStreams bounds [WithMaxStreams].
+	MaxStreams = 1 << 12
+	// DefaultLoginTTL is how long a login link stays valid ([WithLoginTTL]).
+	DefaultLoginTTL = 5 * time.Minute
+	// MaxLoginTTL bounds [WithLoginTTL].
+	MaxLoginTTL = time.Hour
+	// DefaultSessionIdle is how long a session lasts unused ([WithSessionTimeout]).
+	DefaultSessionIdle = 8 * time.Hour
+	// DefaultSessionLifetime is how long a session lasts at most, used or not
+	// ([WithSessionTimeout]).
+	DefaultSessionLifetime = 24 * time.Hour
+	// MaxSessionLifetime bounds [WithSessionTimeout].
+	MaxSessionLifetime = 30 * 24 * time.Hour
+	// MaxLoginLinks is how many unused login links are valid at once: minting one more
+	// forgets the oldest ([Handler.LoginLink]).
+	MaxLoginLinks = 16
+	// MaxSessions is how many sessions are kept at once: a login beyond it ends the
+	// oldest session.
+	MaxSessions = 64
+	// retryAfter is the Retry-After, in seconds, of a stream refused for [WithMaxStreams].
+	retryAfter = "5"
 	// maxToken bounds the length of a token in bytes.
 	maxToken = 4096
 	// subscriptionBuffer is the buffer of the handler's own [asyncagents.Subscription]:
@@ -38,13 +65,20 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	token       string
-	hasToken    bool
-	middlewares []func(http.Handler) http.Handler
-	readOnly    bool
-	heartbeat   time.Duration
-	history     int
-	logger      *slog.Logger
+	token           string
+	hasToken        bool
+	middlewares     []func(http.Handler) http.Handler
+	readOnly        bool
+	heartbeat       time.Duration
+	history         int
+	maxStreams      int
+	loginTTL        time.Duration
+	sessionIdle     time.Duration
+	sessionLifetime time.Duration
+	allowedHosts    []string // lower case; IPs in netip's form
+	anyHost         bool
+	clock           asyncagents.Clock
+	logger          *slog.Logger
 
 	// Set by the package's own tests only: the buffer of the handler's subscription, a
 	// function the hub calls before it takes each change, the bound on a stream's writes.
@@ -55,11 +89,16 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		heartbeat:    DefaultHeartbeat,
-		history:      DefaultHistory,
-		logger:       slog.New(slog.DiscardHandler),
-		subBuffer:    subscriptionBuffer,
-		writeTimeout: defaultWriteTimeout,
+		heartbeat:       DefaultHeartbeat,
+		history:         DefaultHistory,
+		maxStreams:      DefaultMaxStreams,
+		loginTTL:        DefaultLoginTTL,
+		sessionIdle:     DefaultSessionIdle,
+		sessionLifetime: DefaultSessionLifetime,
+		clock:           systemClock{},
+		logger:          slog.New(slog.DiscardHandler),
+		subBuffer:       subscriptionBuffer,
+		writeTimeout:    defaultWriteTimeout,
 	}
 }
 
@@ -78,17 +117,60 @@ func (c *config) validate() error {
 	if c.history < 1 || c.history > MaxHistory {
 		return fmt.Errorf("%w: dashboard: history %d must be 1 to %d", asyncagents.ErrInvalidInput, c.history, MaxHistory)
 	}
+	if c.maxStreams < 1 || c.maxStreams > MaxStreams {
+		return fmt.Errorf("%w: dashboard: max streams %d must be 1 to %d", asyncagents.ErrInvalidInput, c.maxStreams, MaxStreams)
+	}
+	if c.loginTTL <= 0 || c.loginTTL > MaxLoginTTL {
+		return fmt.Errorf("%w: dashboard: login TTL %v must be positive and at most %v", asyncagents.ErrInvalidInput, c.loginTTL, MaxLoginTTL)
+	}
+	if c.sessionLifetime <= 0 || c.sessionLifetime > MaxSessionLifetime {
+		return fmt.Errorf("%w: dashboard: session lifetime %v must be positive and at most %v", asyncagents.ErrInvalidInput, c.sessionLifetime, MaxSessionLifetime)
+	}
+	if c.sessionIdle <= 0 || c.sessionIdle > c.sessionLifetime {
+		return fmt.Errorf("%w: dashboard: session idle timeout %v must be positive and at most the lifetime %v", asyncagents.ErrInvalidInput, c.sessionIdle, c.sessionLifetime)
+	}
+	for i, h := range c.allowedHosts {
+		if ip, err := netip.ParseAddr(h); err == nil && ip.Zone() == "" {
+			c.allowedHosts[i] = ip.Unmap().String()
+			continue
+		}
+		if len(h) > 253 || !hostPattern.MatchString(h) {
+			return fmt.Errorf("%w: dashboard: allowed host %s is not a host name or IP address without port", asyncagents.ErrInvalidInput, quote(h))
+		}
+	}
+	if c.clock == nil {
+		return fmt.Errorf("%w: dashboard: nil clock", asyncagents.ErrInvalidInput)
+	}
 	if c.logger == nil {
 		return fmt.Errorf("%w: dashboard: nil logger", asyncagents.ErrInvalidInput)
 	}
 	return nil
 }
 
-// WithToken requires a bearer token on every route but the page itself: an
-// "Authorization: Bearer <token>" header, or the cookie the page sets when it is opened
-// once as "/?token=<token>" (URL-escaped). Tokens are compared in constant time and never
-// logged. Defaults to none: every request is served. The token must be 1 to 4096 bytes;
-// use a long random one (32 bytes of crypto/rand, hex-encoded).
+// hostPattern is a DNS name in lower case: labels of letters, digits and '-', joined by dots.
+var hostPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// quote quotes s for an error message, cut to 40 bytes.
+func quote(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:40]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// WithToken requires a credential on every route but the page itself: the token, as an
+// "Authorization: Bearer <token>" header (for programs), or the session cookie a login
+// link sets (for the page, see [Handler.LoginLink]). The token is never accepted in a URL
+// (a page address with ?token= is answered 400), compared in constant time, kept only as
+// a hash and never logged. Defaults to none: every request is served, and the page needs
+// no login. To require login links without handing a token to any program, pass a random
+// token and keep it to yourself. The token must be 1 to 4096 bytes; use a long random one
+// (32 bytes of crypto/rand, hex-encoded).
 func WithToken(token string) Option {
 	return optionFunc(func(c *config) { c.token, c.hasToken = token, true })
 }
@@ -120,8 +202,60 @@ func WithHistory(n int) Option {
 	return optionFunc(func(c *config) { c.history = n })
 }
 
+// WithMaxStreams bounds how many event streams (GET /api/events) may be open at once;
+// one more is answered 503 with "Retry-After: 5". Defaults
+// to [DefaultMaxStreams]; 1 to [MaxStreams].
+func WithMaxStreams(n int) Option {
+	return optionFunc(func(c *config) { c.maxStreams = n })
+}
+
+// WithLoginTTL sets how long a login link ([Handler.LoginLink]) stays valid after it was
+// minted. Defaults to [DefaultLoginTTL]; positive, at most [MaxLoginTTL].
+func WithLoginTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.loginTTL = d })
+}
+
+// WithSessionTimeout sets when a session (the cookie a login link sets) ends: after idle
+// without a request (an open event stream counts as use, at every heartbeat), and after
+// lifetime whatever its use. An ended session is answered 401 and its open event streams
+// end within a heartbeat. The cookie carries lifetime as its Max-Age; sessions live in
+// memory only, so all end when the process does. Defaults to [DefaultSessionIdle] and
+// [DefaultSessionLifetime]; lifetime positive and at most [MaxSessionLifetime], idle
+// positive and at most lifetime.
+func WithSessionTimeout(idle, lifetime time.Duration) Option {
+	return optionFunc(func(c *config) { c.sessionIdle, c.sessionLifetime = idle, lifetime })
+}
+
+// WithAllowedHosts adds host names that the Host header of a request may name, besides
+// localhost and loopback IPs, when the request arrives on a loopback address: for a name
+// of the host's own that resolves to 127.0.0.1 ("dev.internal"). Each is a DNS name or an
+// IP address, without port or brackets; case does not matter; any port is accepted.
+// Defaults to none. See [WithAnyHost].
+func WithAllowedHosts(hosts ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, h := range hosts {
+			c.allowedHosts = append(c.allowedHosts, strings.ToLower(h))
+		}
+	})
+}
+
+// WithAnyHost turns off the Host check: by default, a request that arrives on a loopback
+// address (127.0.0.0/8, ::1) with a Host header naming anything but localhost, a loopback
+// IP or a host of [WithAllowedHosts] is answered 403, so that a web page whose name was
+// re-bound to 127.0.0.1 (DNS rebinding) cannot read or cancel tasks. Requests on other
+// addresses are never checked. Turn it off only behind a proxy that checks Host itself.
+func WithAnyHost() Option {
+	return optionFunc(func(c *config) { c.anyHost = true })
+}
+
+// WithClock sets the clock that times login links and sessions. Defaults to the system
+// clock; must not be nil.
+func WithClock(c asyncagents.Clock) Option {
+	return optionFunc(func(cfg *config) { cfg.clock = c })
+}
+
 // WithLogger sets the logger for the handler's own work: resubscriptions after it fell
-// behind, failed writes. It never logs tokens or request URLs. Defaults to discarding;
+// behind, failed writes. It never logs tokens, login codes, cookies or request URLs. Defaults to discarding;
 // must not be nil.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
