@@ -1,5 +1,7 @@
 package asyncagents
 
+import "time"
+
 // Hooks for the tests of package asyncagents_test; compiled only with the tests.
 
 // StreamDecided returns how many runs m completed from what the event stream carried of
@@ -13,3 +15,11 @@ func StreamLive(m *Manager) bool { return m.live.Load() != 0 }
 // ReplayAlways makes m decide every run the event stream carried whole from its frames,
 // however fast the server answers. Call it before launching.
 func ReplayAlways(m *Manager) { m.replayFrom.Store(0) }
+
+// SetLossGrace sets how long after a prompt_async m takes its message's absence for a loss
+// (see prompt.go and notify.go). Call it before launching.
+func SetLossGrace(m *Manager, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lossGrace = d
+}

@@ -221,6 +221,9 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.add(logFrame{props: ev.Properties, msg: true})
 		}
+		if m.nconfirm.Load() > 0 {
+			m.confirmPosted(ev.Properties)
+		}
 		return
 	case opencode.EventMessageRemoved, opencode.EventMessagePartRemoved:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
@@ -690,6 +693,7 @@ func (m *Manager) poll() {
 		m.expire(w)
 	}
 	m.catchUpPermissions(true)
+	m.checkPosted()
 	for dir, ids := range dirs {
 		ctx, cancel := m.quickCtx()
 		st, err := m.client.SessionStatus(ctx, dir)

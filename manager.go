@@ -128,6 +128,14 @@ type Manager struct {
 	agentsOnce singleflight.Group
 	nqWake     chan struct{}
 
+	// Notifications posted with prompt_async whose message the server has not shown yet, by
+	// message id (see confirmGrace); nconfirm counts them for the event reader.
+	lossGrace time.Duration // lossGrace, or what a test sets (under mu)
+
+	confirmMu sync.Mutex
+	confirms  map[string]posted
+	nconfirm  atomic.Int64
+
 	seq  uint64                     // changes so far (Change.Seq)
 	subs map[*Subscription]struct{} // live subscriptions
 
@@ -182,6 +190,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		limitOf:  map[string]int{},
 		nqWake:   make(chan struct{}, 1),
 		mirrors:  map[string]*runLog{},
+		confirms: map[string]posted{},
+
+		lossGrace: lossGrace,
 	}
 	m.replayFrom.Store(int64(replayFrom))
 	m.ctx, m.cancel = context.WithCancel(context.Background())

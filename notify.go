@@ -2,6 +2,7 @@ package asyncagents
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -291,7 +292,7 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	n, agent := *note, e.task.ParentAgent
 	m.mu.Unlock()
 
-	err := m.attemptSafely(ctx, e, parent, agent, n)
+	confirmed, err := m.attemptSafely(ctx, e, parent, agent, n)
 
 	m.mu.Lock()
 	defer func() {
@@ -309,6 +310,9 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	switch {
 	case err == nil:
 		note.State, note.Delivered, note.Error, note.Next = NotificationDelivered, now, "", time.Time{}
+		if !confirmed {
+			m.awaitPosted(note.MessageID, posted{parent: parent, task: e.task.ID, key: note.Key, at: now})
+		}
 	case errors.Is(err, opencode.ErrNotFound):
 		note.State, note.Error = NotificationFailed, "the parent session no longer exists"
 		m.cfg.logger.Error("asyncagents: notification not delivered: the parent session no longer exists", "key", note.Key)
@@ -341,11 +345,11 @@ func (ob *outbox) pop() {
 // attemptSafely makes one attempt, bounded by twice the request timeout (a lookup or two,
 // then the post). A panic (in the Client or the Store) is logged and counts as a failed
 // attempt, retried like any other.
-func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification) (err error) {
+func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.cfg.logger.Error("asyncagents: panic delivering a notification", "key", n.Key, "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("asyncagents: panic delivering a notification: %v", r)
+			confirmed, err = false, fmt.Errorf("asyncagents: panic delivering a notification: %v", r)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout)
@@ -354,23 +358,25 @@ func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent str
 }
 
 // attempt delivers n unless an earlier attempt already did: a notification that was posted
-// before (Attempts > 0) is looked up by its message id first.
-func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) error {
+// before (Attempts > 0) is looked up by its message id first. confirmed reports that the
+// server has shown the message (found, or answered with it); a prompt_async that was only
+// acknowledged is not.
+func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
 	if n.MessageID != "" { // posted before: did it land?
 		_, err := m.client.Message(ctx, parent, n.MessageID)
 		if err == nil {
-			return nil // it landed; the answer was lost
+			return true, nil // it landed; the answer was lost
 		}
 		if !errors.Is(err, opencode.ErrNotFound) {
-			return fmt.Errorf("asyncagents: check notification %s: %w", n.MessageID, err)
+			return false, fmt.Errorf("asyncagents: check notification %s: %w", n.MessageID, err)
 		}
 		if _, err := m.client.GetSession(ctx, parent); err != nil {
-			return err // NotFound here: the parent is gone
+			return false, err // NotFound here: the parent is gone
 		}
 	}
 	last, err := m.client.Messages(ctx, parent, 1)
 	if err != nil {
-		return err
+		return false, err
 	}
 	after := ""
 	if len(last) > 0 {
@@ -394,7 +400,106 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 	if m.cfg.notifyNoReply {
 		req.NoReply = true
 		_, err = m.client.Prompt(ctx, parent, req)
-		return err
+		return err == nil, err
 	}
-	return m.client.PromptAsync(ctx, parent, req)
+	return false, m.client.PromptAsync(ctx, parent, req)
+}
+
+// A notification posted with prompt_async is delivered when the server answers, and then
+// confirmed: OpenCode answers before it stores the message, and right after a restart it was
+// seen to answer and never store it. The message shows up in the event stream
+// (message.updated of the parent with its id), or, lossGrace after the post, a read finds it
+// (GET /session/{parent}/message/{id}); when the read answers 404 the notification is pending
+// again and posted anew. At most maxConfirms wait; past that the oldest are trusted.
+const maxConfirms = 4096
+
+// posted is a notification waiting for its message to show up.
+type posted struct {
+	parent, task, key string
+	at                time.Time
+}
+
+// awaitPosted records a notification posted as message id.
+func (m *Manager) awaitPosted(id string, p posted) {
+	m.confirmMu.Lock()
+	defer m.confirmMu.Unlock()
+	if len(m.confirms) >= maxConfirms {
+		var oldest string
+		for k, o := range m.confirms {
+			if oldest == "" || o.at.Before(m.confirms[oldest].at) {
+				oldest = k
+			}
+		}
+		delete(m.confirms, oldest)
+	}
+	m.confirms[id] = p
+	m.nconfirm.Store(int64(len(m.confirms)))
+}
+
+// confirmPosted takes a message.updated event's properties: a message a notification was
+// posted as is confirmed.
+func (m *Manager) confirmPosted(props []byte) {
+	var ev struct {
+		Info struct {
+			ID string `json:"id"`
+		} `json:"info"`
+	}
+	if json.Unmarshal(props, &ev) != nil || ev.Info.ID == "" {
+		return
+	}
+	m.confirmMu.Lock()
+	defer m.confirmMu.Unlock()
+	if _, ok := m.confirms[ev.Info.ID]; ok {
+		delete(m.confirms, ev.Info.ID)
+		m.nconfirm.Store(int64(len(m.confirms)))
+	}
+}
+
+// checkPosted reads the messages of notifications posted lossGrace ago or earlier that the
+// stream did not show: found, they are confirmed; not found, they are pending again.
+func (m *Manager) checkPosted() {
+	now := m.now()
+	m.mu.Lock()
+	grace := m.lossGrace
+	m.mu.Unlock()
+	m.confirmMu.Lock()
+	due := map[string]posted{}
+	for id, p := range m.confirms {
+		if now.Sub(p.at) >= grace {
+			due[id] = p
+		}
+	}
+	m.confirmMu.Unlock()
+	for id, p := range due {
+		ctx, cancel := m.requestCtx()
+		_, err := m.client.Message(ctx, p.parent, id)
+		cancel()
+		if err != nil && !errors.Is(err, opencode.ErrNotFound) {
+			continue // asked again at the next poll
+		}
+		m.confirmMu.Lock()
+		delete(m.confirms, id)
+		m.nconfirm.Store(int64(len(m.confirms)))
+		m.confirmMu.Unlock()
+		if err == nil {
+			continue
+		}
+		m.mu.Lock()
+		e := m.tasks[p.task]
+		var note *Notification
+		if e != nil {
+			note = noteLocked(e, p.key)
+		}
+		if note == nil || note.State != NotificationDelivered || note.MessageID != id {
+			m.mu.Unlock()
+			continue
+		}
+		m.cfg.logger.Warn("asyncagents: the server acknowledged a notification and did not store it; posting it again",
+			"key", p.key, "message", id)
+		note.State, note.Delivered, note.Error = NotificationPending, time.Time{}, "the server acknowledged the notification and did not store it"
+		m.changedLocked(e)
+		m.queueLocked(p.parent, noteRef{task: p.task, key: p.key})
+		m.mu.Unlock()
+		m.persist(e)
+	}
 }

@@ -19,7 +19,8 @@ import (
 //   - no answer (a reset connection, a timeout, a server that went away): it may have
 //     arrived. The run stays active and the usual reconcile decides: a reply comes, or the
 //     session is confirmed idle without the prompt (manager.Unsent), and then the prompt is
-//     sent again with the same id, at most maxPromptSends times in all. OpenCode adds a
+//     sent again with the same id, lossGrace after the last send, at most maxPromptSends
+//     times in all. OpenCode adds a
 //     message id it already has to that message and starts no second reply, so a prompt
 //     whose first request arrives late is not run twice.
 //
@@ -27,10 +28,12 @@ import (
 // after a restart), and one that was never sent because the host stopped in between.
 
 const (
-	// promptGrace is how long after a send the prompt's absence is not yet a loss: OpenCode
-	// stores the message of a prompt_async within milliseconds, and within a few seconds
-	// right after it starts.
-	promptGrace = 10 * time.Second
+	// lossGrace is how long after a prompt_async its message's absence is not yet a loss:
+	// OpenCode stores the message within milliseconds, within a few seconds right after it
+	// starts, and was seen to take 14 s on a server loaded far beyond its cores. A prompt
+	// sent again while the first is still on its way would cut the run it starts; a
+	// notification, be posted twice.
+	lossGrace = time.Minute
 	// maxPromptSends bounds how often one run's prompt is sent.
 	maxPromptSends = 3
 )
@@ -84,7 +87,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 func (m *Manager) unsent(e *entry, rc int) {
 	m.mu.Lock()
 	t := &e.task
-	pending := e.sending || !e.sentAt.IsZero() && m.now().Sub(e.sentAt) < promptGrace
+	pending := e.sending || !e.sentAt.IsZero() && m.now().Sub(e.sentAt) < m.lossGrace
 	exhausted := e.sends >= maxPromptSends
 	current := m.tasks[t.ID] == e && t.ResumeCount == rc && t.Status.Active()
 	m.mu.Unlock()

@@ -315,7 +315,8 @@ func TestFaultParentOutageNotificationOnceN(t *testing.T) {
 }
 
 // N, §8: the first notification post reaches the server but its answer is lost (the
-// connection breaks): the retry finds the message by its id and does not post it again.
+// connection breaks): the retry finds the message by its id and does not post it again. And
+// one the server acknowledged (204) and never stored is found missing and posted again.
 func TestFaultLostNotificationResponseN(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
@@ -323,18 +324,24 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 		name    string
 		noReply bool
 		route   string
+		fault   opencodetest.Fault
 	}{
-		{"prompt_async", false, "POST /session/%s/prompt_async"},
-		{"noReply message", true, "POST /session/%s/message"},
+		{"prompt_async", false, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
+		{"noReply message", true, "POST /session/%s/message", opencodetest.Fault{DropResponse: true, Times: 1}},
+		// OpenCode answers 204 and never stores the message (seen right after a restart).
+		{"prompt_async acknowledged, not stored", false, "POST /session/%s/prompt_async",
+			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			proxy, c := proxied(t, srv)
-			m := newManager(t, c, asyncagents.WithNotifyNoReply(tc.noReply))
+			m := newManager(t, c, asyncagents.WithNotifyNoReply(tc.noReply), asyncagents.WithPollInterval(200*time.Millisecond))
+			asyncagents.SetLossGrace(m, 2*time.Second) // a minute by default
 			parent := fakeParent(t, c)
-			drop := proxy.Inject(opencodetest.Fault{Pattern: fmt.Sprintf(tc.route, parent.SessionID), DropResponse: true, Times: 1})
+			tc.fault.Pattern = fmt.Sprintf(tc.route, parent.SessionID)
+			drop := proxy.Inject(tc.fault)
 			task := launch(t, m, parent, "RUN:echo lost")
-			waitFor(t, 30*time.Second, func() bool { return delivered(m, task.ID) })
+			waitFor(t, 40*time.Second, func() bool { return delivered(m, task.ID) && note(m, task.ID).Attempts >= 2 })
 			if n := note(m, task.ID); n.Attempts != 2 || drop.Hits() != 1 {
 				t.Errorf("notification %+v after %d dropped answers; want 2 attempts", n, drop.Hits())
 			}
@@ -541,6 +548,9 @@ func TestFaultServerKilledT23(t *testing.T) {
 	c := srv.Client()
 	ctx := ctxT(t, 120*time.Second)
 	m := newManager(t, c) // the defaults, as asyncagents serve runs
+	// Right after its restart OpenCode may acknowledge a notification and never store it: it
+	// is posted again once that is seen, a minute later by default.
+	asyncagents.SetLossGrace(m, 3*time.Second)
 	p := fakeParent(t, c)
 	tasks := []asyncagents.Task{
 		launch(t, m, p, "SLEEP:30"),     // the model is streaming
@@ -593,6 +603,7 @@ func TestFaultServerKilledT23(t *testing.T) {
 		}
 	}
 	waitFor(t, 30*time.Second, func() bool { return delivered(m, tasks[0].ID, tasks[1].ID) })
+	waitNotifications(t, srv.Client(), p.SessionID, 2)
 	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p.SessionID: 2})
 }
 
@@ -650,6 +661,7 @@ func TestFaultLostPromptT4(t *testing.T) {
 			ctx := ctxT(t, 90*time.Second)
 			m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithFollowUpQueue(1),
 				asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+			asyncagents.SetLossGrace(m, 5*time.Second) // a minute by default
 			parent := fakeParent(t, c)
 			in := asyncagents.LaunchInput{Caller: parent, Description: "lost", Agent: "general", Prompt: "RUN:echo first"}
 			if sc.fork {
