@@ -21,7 +21,10 @@
 // and registers it: in opencode.json, "mcp": {"asyncagents": RemoteConfig(url, token)},
 // or at run time with [opencode.HTTPClient.AddMCP] for each directory. The plugin file
 // goes to .opencode/plugin/ of the project (it needs OpenCode without --pure); without it
-// the lookup alone finds callers, and refuses the rare identical concurrent calls.
+// the lookup alone finds callers, and refuses the rare identical concurrent calls. The
+// handler refuses requests from web pages (Origin, Host), keeps a bounded number of MCP
+// sessions and closes idle ones ([WithMaxSessions], [WithSessionTimeout]); OpenCode opens
+// a new session when its own was closed.
 //
 // The OpenCode endpoints it reads: GET /session/{id}/message (the caller's tool part),
 // GET /session/status (the busy sessions of each directory of [WithDirectories]).

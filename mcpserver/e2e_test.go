@@ -8,16 +8,19 @@ package mcpserver_test
 // the lookup only).
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -632,4 +635,168 @@ func TestBlockingOutputOutlivesTimeout(t *testing.T) {
 		t.Fatalf("output after %v: %s %q %q", took, st.Status, st.Output, st.Error)
 	}
 	t.Logf("blocking output completed after %v", took)
+}
+
+// sessionLog is an http.Handler in front of a bridge that records each request: its
+// method, its Mcp-Session-Id, the JSON-RPC method of a POST, and the answer's status.
+type sessionLog struct {
+	next http.Handler
+	mu   sync.Mutex
+	reqs []loggedRequest
+}
+
+type loggedRequest struct {
+	method, session, rpc string
+	status               int
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (l *sessionLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rpc := ""
+	if r.Method == http.MethodPost {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		rpc = msg.Method
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	l.next.ServeHTTP(sw, r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqs = append(l.reqs, loggedRequest{method: r.Method, session: r.Header.Get("Mcp-Session-Id"), rpc: rpc, status: sw.status})
+}
+
+func (l *sessionLog) all() []loggedRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+// B (issue 12), real server: what OpenCode 1.18.33 does when the bridge closed its idle MCP
+// session (observed here): its event stream (GET) ends, and its two or three attempts to
+// open it again are answered 404, which does not mark the server failed (it stays
+// "connected"). The next request that names the old session — the model's tool call, or
+// the notifications/cancelled OpenCode sends after each call — is answered 404; OpenCode's
+// MCP client (the TypeScript SDK's streamable HTTP transport: onsessionexpired) then sends
+// initialize without a session id, and the request again in the new session. The model's
+// call works and the model sees nothing of it. So an idle timeout costs OpenCode one more
+// round trip, never a failed call. A bridge on the lookup fixture's server, under the prefix
+// "expiry", with a session timeout of 1 s.
+func TestReconnectAfterSessionExpired(t *testing.T) {
+	t.Parallel()
+	f := getFixture(t, modeLookup)
+	ctx := ctxT(t, 120*time.Second)
+	m, err := asyncagents.New(f.client, asyncagents.WithToolPrefix("expiry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	logs := &records{}
+	token := randomHex(16)
+	bridge, err := mcpserver.New(m, f.client, mcpserver.WithToken(token), mcpserver.WithDirectories(f.srv.Directory),
+		mcpserver.WithSessionTimeout(time.Second), mcpserver.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sessionLog{next: bridge}
+	hs := httptest.NewServer(rec)
+	defer hs.Close()
+	defer bridge.Close()
+	if st, err := f.client.AddMCP(ctx, "", "expiry", mcpserver.RemoteConfig(hs.URL, token)); err != nil || st.Status != opencode.MCPConnected {
+		t.Fatalf("AddMCP: %+v %v", st, err)
+	}
+	defer func() { _ = f.client.DisconnectMCP(context.Background(), "", "expiry") }()
+
+	key := newKey()
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		if len(r.ToolResultsSinceUser()) > 0 {
+			return opencodetest.Text("listed " + last[strings.LastIndex(last, " ")+1:]), true
+		}
+		return opencodetest.CallTool("expiry_list", `{}`), true
+	})
+	parent := f.newParent(t)
+	call := func(n string) opencode.Part {
+		f.prompt(t, parent, key+" call "+n)
+		msgs := f.waitReply(t, parent, "listed "+n, 60*time.Second)
+		parts, _ := toolParts(msgs, "expiry_list")
+		return parts[len(parts)-1]
+	}
+	if p := call("1"); p.State.Status != opencode.ToolCompleted {
+		t.Fatalf("first call: %s %q", p.State.Status, p.State.Error)
+	}
+	// Wait until OpenCode's newest session has expired: its event stream ends, and
+	// OpenCode's attempts to open it again are answered 404.
+	var expired string
+	if !testmain.Eventually(30*time.Second, func() bool {
+		reqs := rec.all()
+		newest := ""
+		for _, r := range reqs {
+			if r.session != "" {
+				newest = r.session
+			}
+		}
+		for _, r := range reqs {
+			if r.session == newest && r.status == http.StatusNotFound {
+				expired = newest
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("OpenCode's session did not expire, or OpenCode never named it again: %+v", rec.all())
+	}
+	st, err := f.client.MCPStatus(ctx, "")
+	if err != nil || st["expiry"].Status != opencode.MCPConnected {
+		t.Fatalf("MCP status after the expiry: %+v %v", st["expiry"], err)
+	}
+	if p := call("2"); p.State.Status != opencode.ToolCompleted || !strings.Contains(p.State.Output, "No background tasks") {
+		t.Fatalf("the call after the expiry: %s %q %q\nrequests: %+v", p.State.Status, p.State.Output, p.State.Error, rec.all())
+	}
+	// The call went to the expired session (404), then initialize, then the call again in
+	// the new session.
+	reqs := rec.all()
+	t.Logf("requests: %+v", reqs)
+	step := 0
+	for _, r := range reqs {
+		switch {
+		case step == 0 && r.rpc == "tools/call" && r.session == expired && r.status == http.StatusNotFound,
+			step == 1 && r.rpc == "initialize" && r.session == "" && r.status == http.StatusOK,
+			step == 2 && r.rpc == "tools/call" && r.session != expired && r.status == http.StatusOK:
+			step++
+		}
+	}
+	if step != 3 {
+		t.Fatalf("the call after the expiry: not 404, initialize, call again (step %d)", step)
+	}
+	if got := logs.find("mcpserver: caller"); len(got) != 2 || got[1]["session"] != parent {
+		t.Fatalf("callers: %v", got)
+	}
 }

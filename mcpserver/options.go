@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -15,6 +17,14 @@ const (
 	// DefaultLookupWait is how long the caller lookup keeps searching when it finds no
 	// running call, or several, before it gives up.
 	DefaultLookupWait = 2 * time.Second
+	// DefaultSessionTimeout is how long an MCP session may stay idle before the bridge
+	// closes it. OpenCode's MCP client opens a new one when its session is gone (it answers
+	// the 404 with a new initialize and sends the request again), so a model's call after
+	// a long pause costs one more round trip, and nothing fails.
+	DefaultSessionTimeout = 10 * time.Minute
+	// DefaultMaxSessions is how many MCP sessions the bridge keeps at once. OpenCode opens
+	// one per instance (project directory) that has the bridge registered.
+	DefaultMaxSessions = 64
 )
 
 // CallerMode is one way of finding the caller of a tool call: the OpenCode session, message
@@ -55,22 +65,29 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	token      string
-	tokenSet   bool
-	dirs       []string
-	logger     *slog.Logger
-	keepalive  time.Duration
-	lookupWait time.Duration
-	modes      map[CallerMode]bool
+	token          string
+	tokenSet       bool
+	dirs           []string
+	logger         *slog.Logger
+	keepalive      time.Duration
+	lookupWait     time.Duration
+	modes          map[CallerMode]bool
+	origins        map[string]bool // lower case
+	originErr      error
+	sessionTimeout time.Duration
+	maxSessions    int
 }
 
 func defaultConfig() config {
 	return config{
-		dirs:       []string{""},
-		logger:     slog.New(slog.DiscardHandler),
-		keepalive:  DefaultKeepalive,
-		lookupWait: DefaultLookupWait,
-		modes:      map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+		dirs:           []string{""},
+		logger:         slog.New(slog.DiscardHandler),
+		keepalive:      DefaultKeepalive,
+		lookupWait:     DefaultLookupWait,
+		modes:          map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+		origins:        map[string]bool{},
+		sessionTimeout: DefaultSessionTimeout,
+		maxSessions:    DefaultMaxSessions,
 	}
 }
 
@@ -129,6 +146,46 @@ func WithCallerModes(modes ...CallerMode) Option {
 	})
 }
 
+// WithAllowedOrigins sets the origins (scheme://host[:port], e.g. "http://localhost:6274")
+// whose browser pages may call the bridge. The bridge answers 403 Forbidden, before
+// anything else, to a request whose Origin header is not one of them, and to a request
+// without Origin whose Sec-Fetch-Site header says another site sent it: a web page cannot
+// call the bridge, not even through a name that resolves to 127.0.0.1. OpenCode's MCP
+// client sends neither header. Defaults to none: every request with an Origin is refused.
+// Each origin must be an http or https URL with a host and no path, query or user.
+func WithAllowedOrigins(origins ...string) Option {
+	return optionFunc(func(c *config) {
+		c.origins, c.originErr = map[string]bool{}, nil
+		for _, o := range origins {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+				c.originErr = fmt.Errorf("mcpserver: WithAllowedOrigins: %q is not an origin (scheme://host[:port])", cut(o))
+				return
+			}
+			c.origins[strings.ToLower(u.Scheme+"://"+u.Host)] = true
+		}
+	})
+}
+
+// WithSessionTimeout sets how long an MCP session may stay idle — no request of its
+// client in progress; an open event stream (GET) does not count — before the bridge
+// closes it; its client's next request is answered 404 Not Found, and OpenCode then opens
+// a new session. A call in progress keeps its session. Defaults to DefaultSessionTimeout;
+// must be positive.
+func WithSessionTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.sessionTimeout = d })
+}
+
+// WithMaxSessions sets how many MCP sessions the bridge keeps at once. A new session
+// (an initialize without Mcp-Session-Id) beyond n closes the session that has been idle
+// longest — one with no request in progress, not even an open event stream — and when
+// every session has a request in progress it is refused with 503 Service Unavailable and
+// "Retry-After: 1". Defaults to DefaultMaxSessions; must be at least 1.
+func WithMaxSessions(n int) Option {
+	return optionFunc(func(c *config) { c.maxSessions = n })
+}
+
 var errNoMode = errors.New("mcpserver: at least one caller mode")
 
 func (c *config) validate() error {
@@ -149,6 +206,15 @@ func (c *config) validate() error {
 	}
 	if len(c.modes) == 0 {
 		return errNoMode
+	}
+	if c.originErr != nil {
+		return c.originErr
+	}
+	if c.sessionTimeout <= 0 {
+		return fmt.Errorf("mcpserver: WithSessionTimeout: %v must be positive", c.sessionTimeout)
+	}
+	if c.maxSessions < 1 {
+		return fmt.Errorf("mcpserver: WithMaxSessions: %d must be at least 1", c.maxSessions)
 	}
 	for m := range c.modes {
 		if m < CallerFromMeta || m > CallerFromLookup {

@@ -494,6 +494,13 @@ func TestNewErrors(t *testing.T) {
 		"no mode":        {mcpserver.WithCallerModes()},
 		"unknown mode":   {mcpserver.WithCallerModes(mcpserver.CallerMode(9))},
 		"unknown mode 0": {mcpserver.WithCallerModes(0)},
+		"origin host":    {mcpserver.WithAllowedOrigins("evil.example")},
+		"origin path":    {mcpserver.WithAllowedOrigins("http://localhost:1/x")},
+		"origin scheme":  {mcpserver.WithAllowedOrigins("ftp://localhost")},
+		"origin user":    {mcpserver.WithAllowedOrigins("http://u@localhost")},
+		"origin null":    {mcpserver.WithAllowedOrigins("null")},
+		"timeout 0":      {mcpserver.WithSessionTimeout(0)},
+		"max sessions 0": {mcpserver.WithMaxSessions(0)},
 	} {
 		if _, err := mcpserver.New(m, fake, opts...); err == nil {
 			t.Errorf("%s: no error", name)
@@ -505,7 +512,9 @@ func TestNewErrors(t *testing.T) {
 	if _, err := mcpserver.New(m, nil); err == nil {
 		t.Error("nil client: no error")
 	}
-	s, err := mcpserver.New(m, fake, mcpserver.WithDirectories("", "/elsewhere"), mcpserver.WithLogger(slog.Default()))
+	s, err := mcpserver.New(m, fake, mcpserver.WithDirectories("", "/elsewhere"), mcpserver.WithLogger(slog.Default()),
+		mcpserver.WithAllowedOrigins("http://localhost:6274", "https://x.example/"), mcpserver.WithAllowedOrigins(),
+		mcpserver.WithSessionTimeout(time.Millisecond), mcpserver.WithMaxSessions(1))
 	if err != nil {
 		t.Fatal(err)
 	}
