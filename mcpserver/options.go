@@ -36,9 +36,9 @@ const (
 	// CallerFromMeta takes the session from the call's _meta.sessionID, which OpenCode
 	// sends from version 2 on.
 	CallerFromMeta CallerMode = iota + 1
-	// CallerFromPlugin takes the {sessionID, callID} the companion plugin (see [Plugin])
-	// adds to the arguments as _caller, and checks it against that session's running tool
-	// part.
+	// CallerFromPlugin takes the {sessionID, callID, sig} the companion plugin (see
+	// [Plugin]) adds to the arguments as _caller — signed with the token when the bridge
+	// has one ([WithToken]) — and checks it against that session's running tool part.
 	CallerFromPlugin
 	// CallerFromLookup searches the busy sessions of the known directories for the running
 	// tool part with the call's tool name and arguments.
@@ -93,8 +93,9 @@ func defaultConfig() config {
 
 // WithToken makes every request carry the header "Authorization: Bearer <token>"; others
 // are answered 401 Unauthorized. The token is compared in constant time and never logged.
-// Without it the handler authenticates nobody: mount it on a loopback listener only.
-// The token must not be empty.
+// It is also the key the companion plugin signs its _caller with (see [WithTokenFile]):
+// with a token, only a signed _caller names the caller. Without it the handler
+// authenticates nobody: mount it on a loopback listener only. The token must not be empty.
 func WithToken(token string) Option {
 	return optionFunc(func(c *config) { c.token, c.tokenSet = token, true })
 }
@@ -136,7 +137,8 @@ func WithLookupWait(d time.Duration) Option {
 // WithCallerModes sets the ways the caller of a call may be found; the bridge tries them
 // in the fixed order meta, plugin, lookup, whatever the order given, and uses the first
 // that applies. A call whose arguments carry _caller when CallerFromPlugin is off has it
-// removed and ignored. Defaults to all three; at least one.
+// removed from the arguments its handler gets, and is resolved as any other, by its
+// arguments, _caller included. Defaults to all three; at least one.
 func WithCallerModes(modes ...CallerMode) Option {
 	return optionFunc(func(c *config) {
 		c.modes = map[CallerMode]bool{}

@@ -45,27 +45,43 @@ var (
 // bridge finds the caller — session, message, agent — in this order (see
 // [WithCallerModes]):
 //
-//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. The message and
-//     agent come from that session's running tool part with the call's tool name and
-//     arguments, when one is found at once; otherwise the agent of its newest assistant
-//     message, and no message.
-//  2. The _caller argument {"sessionID", "callID"} that the companion plugin ([Plugin])
-//     adds. It is checked against the session: its newest messages must show a running
-//     tool part with that call id, the tool's name and the same arguments,
-//     else the call fails with [ErrUnknownCaller] — a model that writes _caller itself
-//     cannot borrow another session. The part's message and that message's agent complete
-//     the caller.
+//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. It must be a
+//     session id ("ses_" and 1 to 64 letters and digits), else the call fails with
+//     [ErrUnknownCaller]. The message and agent come from that session's running tool
+//     part with the call's tool name and arguments, when one is found at once; otherwise
+//     the agent of its newest assistant message, and no message.
+//  2. The _caller argument {"sessionID", "callID", "sig"} that the companion plugin
+//     ([Plugin]) adds, when it is the plugin's: sessionID a session id, callID 1 to 128
+//     letters, digits and "_-.:|", and, when the bridge has a token ([WithToken]), sig the
+//     token's signature of the two ([WithTokenFile]). Any other _caller — unsigned, signed
+//     with another key, malformed — is ignored, and the call is resolved by the lookup as
+//     one without _caller. The plugin's _caller is checked against the session: its newest
+//     messages must show a running tool part with that call id, the tool's name, and the
+//     call's arguments, _caller included, as its stored input (OpenCode stores the object
+//     the plugin added _caller to), else the call fails with [ErrUnknownCaller]. The part's
+//     message and that message's agent complete the caller.
 //  3. A lookup: GET /session/status of each directory ([WithDirectories]), then the newest
 //     messages of each busy session (GET /session/{id}/message?limit=4, and older pages
 //     back to the newest assistant message), for running tool parts named
-//     "<prefix>_<tool>" whose input equals the call's arguments. It first reads 100 ms
-//     after the call arrived, so that the caller's own part, which OpenCode stores about
-//     when it sends the call, is there. Parts that other calls have claimed are skipped.
-//     Parts of one session left: the call claims the first one's call id and runs for that
-//     session (identical calls made in parallel by one session each take one part). None,
-//     or parts of several sessions: the lookup reads again, for up to the lookup wait
+//     "<prefix>_<tool>" whose stored input is the call's arguments, _caller included. It
+//     first reads 100 ms after the call arrived, so that the caller's own part, which
+//     OpenCode stores about when it sends the call, is there. Parts that other calls have
+//     claimed are skipped. Parts of one session left: the call claims the first one's call
+//     id and runs for that session (identical calls made in parallel by one session each
+//     take one part). None, or parts of several sessions: the lookup reads again 0.2, 0.4,
+//     0.8 and 1.6 s after the call arrived, and at the end of the lookup wait
 //     ([WithLookupWait]), then fails with [ErrUnknownCaller] or [ErrAmbiguousCaller]. It
-//     never guesses. A claimed call id stays claimed for a minute after its call ended.
+//     never guesses. Concurrent lookups share their reads: a lookup takes a read that
+//     began 100 ms after its call arrived, or later, and after the read it took before, so
+//     a burst of calls costs OpenCode about what one call does. A claimed call id stays
+//     claimed for a minute after its call ended.
+//
+// A model cannot make its call run for another session. It cannot set _meta. With a
+// token, it cannot sign a _caller without reading the token; a _caller it writes is one of
+// its call's arguments, stored with them, so its call matches its own tool part only.
+// Without a token, a _caller is taken at its word once it matches the named running
+// part's stored _caller: a model that knows another session's whole _caller (session id,
+// call id, and sig if any) for a call that runs can borrow it.
 //
 // _caller is removed from the arguments before the tool's handler sees them.
 //
@@ -88,8 +104,8 @@ var (
 // a session idle for [WithSessionTimeout]; OpenCode answers the 404 its next request then
 // gets with a new session and sends the request again, so its calls work as before.
 //
-// A Server is safe for concurrent use. It owns the goroutines of its calls' keepalives and
-// those of the MCP SDK's sessions; [Server.Close] ends them.
+// A Server is safe for concurrent use. It owns the goroutines of its calls' keepalives, of
+// the reads of the lookups, and those of the MCP SDK's sessions; [Server.Close] ends them.
 type Server struct {
 	m      *asyncagents.Manager
 	client opencode.Client
@@ -100,14 +116,15 @@ type Server struct {
 	http   http.Handler
 	token  [sha256.Size]byte
 	claims claims
+	scans  scanner
 	mcpSes sessions
 
 	mu       sync.Mutex
 	closed   bool
 	calls    sync.WaitGroup     // calls in progress
-	workers  sync.WaitGroup     // evicted sessions' closing
+	workers  sync.WaitGroup     // shared scans and evicted sessions' closing
 	creating sync.WaitGroup     // requests that may create an MCP session
-	base     context.Context    // cancelled by Close: ends calls' contexts and keepalives
+	base     context.Context    // cancelled by Close: ends calls' contexts, keepalives and scans
 	stop     context.CancelFunc // cancels base
 	closeOne sync.Once
 }
@@ -148,6 +165,7 @@ func New(m *asyncagents.Manager, client opencode.Client, opts ...Option) (*Serve
 		closeSession: func(ss *mcp.ServerSession) {
 			s.spawn(func(context.Context) { _ = ss.Close() }) // after Close, Close closes it
 		}}
+	s.scans = scanner{read: s.readRunning, spawn: s.spawn}
 	return s, nil
 }
 
