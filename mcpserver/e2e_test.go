@@ -811,8 +811,12 @@ func (l *sessionLog) all() []loggedRequest {
 // MCP client (the TypeScript SDK's streamable HTTP transport: onsessionexpired) then sends
 // initialize without a session id, and the request again in the new session. The model's
 // call works and the model sees nothing of it. So an idle timeout costs OpenCode one more
-// round trip, never a failed call. A bridge on the lookup fixture's server, under the prefix
-// "expiry", with a session timeout of 1 s.
+// round trip, never a failed call. But a session that closes while OpenCode opens it
+// (between initialize and the initialized notification: seen with a timeout of 150 ms)
+// makes its client give up, and the server shows "failed, Connection closed": hence
+// WithSessionTimeout's minimum. A bridge on the lookup fixture's server, under the prefix
+// "expiry", with a session timeout of 3 s (1 s was seen to expire a session during that
+// handshake once on a loaded machine).
 func TestReconnectAfterSessionExpired(t *testing.T) {
 	t.Parallel()
 	f := getFixture(t, modeLookup)
@@ -825,7 +829,7 @@ func TestReconnectAfterSessionExpired(t *testing.T) {
 	logs := &records{}
 	token := randomHex(16)
 	bridge, err := mcpserver.New(m, f.client, mcpserver.WithToken(token), mcpserver.WithDirectories(f.srv.Directory),
-		mcpserver.WithSessionTimeout(time.Second), mcpserver.WithLogger(slog.New(logs)))
+		mcpserver.WithSessionTimeout(3*time.Second), mcpserver.WithLogger(slog.New(logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -854,7 +858,7 @@ func TestReconnectAfterSessionExpired(t *testing.T) {
 		return parts[len(parts)-1]
 	}
 	if p := call("1"); p.State.Status != opencode.ToolCompleted {
-		t.Fatalf("first call: %s %q", p.State.Status, p.State.Error)
+		t.Fatalf("first call: %s %q\nrequests: %+v\nbridge log:\n%s", p.State.Status, p.State.Error, rec.all(), logs.text())
 	}
 	// Wait until OpenCode's newest session has expired: its event stream ends, and
 	// OpenCode's attempts to open it again are answered 404.

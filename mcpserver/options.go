@@ -27,6 +27,10 @@ const (
 	DefaultMaxSessions = 64
 )
 
+// minSessionTimeout is the shortest session timeout: OpenCode opens a session in
+// milliseconds, and a session closed while it does breaks OpenCode's connection.
+const minSessionTimeout = time.Second
+
 // CallerMode is one way of finding the caller of a tool call: the OpenCode session, message
 // and agent the call is made for. See [Server] for what each one reads.
 type CallerMode int
@@ -173,8 +177,10 @@ func WithAllowedOrigins(origins ...string) Option {
 // WithSessionTimeout sets how long an MCP session may stay idle — no request of its
 // client in progress; an open event stream (GET) does not count — before the bridge
 // closes it; its client's next request is answered 404 Not Found, and OpenCode then opens
-// a new session. A call in progress keeps its session. Defaults to DefaultSessionTimeout;
-// must be positive.
+// a new session. A call in progress keeps its session. A session must outlast OpenCode's
+// own opening of it (initialize, then the initialized notification): when one closes in
+// between, OpenCode's client gives up and shows the server "failed" until it is connected
+// again (POST /mcp/{name}/connect). Defaults to DefaultSessionTimeout; at least 1 s.
 func WithSessionTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.sessionTimeout = d })
 }
@@ -212,8 +218,8 @@ func (c *config) validate() error {
 	if c.originErr != nil {
 		return c.originErr
 	}
-	if c.sessionTimeout <= 0 {
-		return fmt.Errorf("mcpserver: WithSessionTimeout: %v must be positive", c.sessionTimeout)
+	if c.sessionTimeout < minSessionTimeout {
+		return fmt.Errorf("mcpserver: WithSessionTimeout: %v must be at least %v", c.sessionTimeout, minSessionTimeout)
 	}
 	if c.maxSessions < 1 {
 		return fmt.Errorf("mcpserver: WithMaxSessions: %d must be at least 1", c.maxSessions)

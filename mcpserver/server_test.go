@@ -569,6 +569,7 @@ func TestNewErrors(t *testing.T) {
 		"origin user":    {mcpserver.WithAllowedOrigins("http://u@localhost")},
 		"origin null":    {mcpserver.WithAllowedOrigins("null")},
 		"timeout 0":      {mcpserver.WithSessionTimeout(0)},
+		"timeout 999ms":  {mcpserver.WithSessionTimeout(999 * time.Millisecond)},
 		"max sessions 0": {mcpserver.WithMaxSessions(0)},
 	} {
 		if _, err := mcpserver.New(m, fake, opts...); err == nil {
@@ -583,7 +584,7 @@ func TestNewErrors(t *testing.T) {
 	}
 	s, err := mcpserver.New(m, fake, mcpserver.WithDirectories("", "/elsewhere"), mcpserver.WithLogger(slog.Default()),
 		mcpserver.WithAllowedOrigins("http://localhost:6274", "https://x.example/"), mcpserver.WithAllowedOrigins(),
-		mcpserver.WithSessionTimeout(time.Millisecond), mcpserver.WithMaxSessions(1))
+		mcpserver.WithSessionTimeout(time.Second), mcpserver.WithMaxSessions(1))
 	if err != nil {
 		t.Fatal(err)
 	}
