@@ -75,7 +75,7 @@ func (r *records) text() string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	for _, rec := range r.recs {
-		b.WriteString(rec.Message)
+		b.WriteString(rec.Time.Format("15:04:05.000 ") + rec.Message)
 		rec.Attrs(func(a slog.Attr) bool {
 			b.WriteString(" " + a.Key + "=" + a.Value.String())
 			return true
