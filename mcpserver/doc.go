@@ -11,8 +11,8 @@
 // token, and the bridge checks, or by looking for the running tool part with the call's
 // name and arguments; when that lookup finds several sessions making the same call at
 // once it refuses the call with a text that asks the model to call again
-// ([ErrAmbiguousCaller]). It never guesses, and a model cannot name another session as
-// the caller.
+// ([ErrAmbiguousCaller]). It never guesses, and, with a token, a model cannot name
+// another session as the caller.
 //
 // While a call runs, the Server sends progress notifications, which keep OpenCode's 60 s
 // MCP timeout from cutting a blocking output (up to 600 s); when OpenCode cancels a call,
@@ -33,7 +33,7 @@
 // GET /session/status (the busy sessions of each directory of [WithDirectories]).
 //
 // A Server is safe for concurrent use; it owns the goroutines of its calls, of the
-// lookups' reads and of its MCP sessions, and Close ends them. It depends on the official Go MCP SDK
-// (github.com/modelcontextprotocol/go-sdk); the root package asyncagents does not import
-// this package.
+// lookups' reads and of its MCP sessions, and Close ends them. It depends on the official
+// Go MCP SDK (github.com/modelcontextprotocol/go-sdk); the root package asyncagents does
+// not import this package.
 package mcpserver
