@@ -3,16 +3,17 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -31,7 +32,12 @@ const (
 	// lookupSettle is how long after a call arrives the lookup first reads the sessions, so
 	// that the caller's own tool part, written about when the call is sent, is there too.
 	lookupSettle = 100 * time.Millisecond
-	// firstRetry and maxRetry bound the pause between two reads of the sessions.
+	// firstLookupRetry and maxLookupRetry bound the pause between two reads of the busy
+	// sessions: reads at 0.1, 0.2, 0.4, 0.8, 1.6 s and at the end of the lookup wait.
+	firstLookupRetry = 100 * time.Millisecond
+	maxLookupRetry   = 800 * time.Millisecond
+	// firstRetry and maxRetry bound the pause between two reads of one session, when a
+	// call names its session.
 	firstRetry = 25 * time.Millisecond
 	maxRetry   = 250 * time.Millisecond
 	// scanTimeout bounds one read of the sessions.
@@ -43,12 +49,45 @@ const (
 	claimGrace = time.Minute
 	// maxDetail is how many characters of a value an error repeats.
 	maxDetail = 80
+	// maxSessionID and maxCallID bound the ids a call may name: "ses_" and up to
+	// maxSessionID letters and digits; up to maxCallID letters, digits and "_-.:|".
+	maxSessionID = 64
+	maxCallID    = 128
 )
+
+// validSessionID reports whether id has the shape of an OpenCode session id.
+func validSessionID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "ses_")
+	if !ok || len(rest) == 0 || len(rest) > maxSessionID {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validCallID reports whether id has the shape of a tool call id: letters, digits and
+// "_-.:|", at most maxCallID.
+func validCallID(id string) bool {
+	if len(id) == 0 || len(id) > maxCallID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_-.:|", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // callArgs is a call's arguments, split for the bridge and the handler.
 type callArgs struct {
 	handler json.RawMessage // the arguments without _caller, for the tool's handler
-	input   any             // the same, decoded: what a tool part's input is compared with
+	input   any             // all of them, decoded: what a tool part's input is compared with
 	caller  json.RawMessage // the _caller value; nil when absent
 	object  bool            // the arguments are a JSON object, null or absent
 }
@@ -65,6 +104,7 @@ func parseArgs(raw json.RawMessage) callArgs {
 		return callArgs{handler: raw}
 	}
 	a := callArgs{handler: raw, object: true}
+	a.input, _ = decodeInput(raw)
 	if c, ok := obj[callerArg]; ok {
 		a.caller = c
 		delete(obj, callerArg)
@@ -72,12 +112,11 @@ func parseArgs(raw json.RawMessage) callArgs {
 			a.handler = b
 		}
 	}
-	a.input, _ = decodeInput(a.handler)
 	return a
 }
 
-// decodeInput decodes a tool input as JavaScript would (numbers are float64), without
-// _caller; null or absent is {}.
+// decodeInput decodes a tool input as JavaScript would (numbers are float64); null or
+// absent is {}.
 func decodeInput(raw json.RawMessage) (any, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -87,15 +126,24 @@ func decodeInput(raw json.RawMessage) (any, bool) {
 	if json.Unmarshal(raw, &v) != nil {
 		return nil, false
 	}
-	if m, ok := v.(map[string]any); ok {
-		delete(m, callerArg)
-	}
 	return v, true
 }
 
+// inputEqual reports whether a tool part's stored input is the call's arguments, _caller
+// included: OpenCode stores the object it sends, after the plugin added _caller to it.
 func inputEqual(partInput json.RawMessage, want any) bool {
 	got, ok := decodeInput(partInput)
-	return ok && reflect.DeepEqual(got, want)
+	return ok && want != nil && reflect.DeepEqual(got, want)
+}
+
+// hasCaller reports whether a stored input carries _caller.
+func hasCaller(partInput json.RawMessage) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(partInput, &obj) != nil {
+		return false
+	}
+	_, ok := obj[callerArg]
+	return ok
 }
 
 // candidate is a running tool part that may be the call being resolved.
@@ -107,29 +155,45 @@ func (c candidate) caller() asyncagents.Caller {
 	return asyncagents.Caller{SessionID: c.session, MessageID: c.message, Agent: c.agent}
 }
 
-// runningParts returns the running tool parts named name whose input equals input, newest
-// message first.
-func runningParts(msgs []opencode.Message, name string, input any) []candidate {
+// matching returns the candidates among parts that are calls of the tool named name with
+// arguments input.
+func matching(parts []runningPart, name string, input any) []candidate {
 	var out []candidate
-	for i := len(msgs) - 1; i >= 0; i-- {
-		m := &msgs[i]
-		for _, p := range m.Parts {
-			if p.Type != opencode.PartTool || p.Tool != name || p.State == nil || p.State.Status != opencode.ToolRunning ||
-				p.CallID == "" || !inputEqual(p.State.Input, input) {
-				continue
-			}
-			msgID := p.MessageID
-			if msgID == "" {
-				msgID = m.Info.ID
-			}
-			sid := p.SessionID
-			if sid == "" {
-				sid = m.Info.SessionID
-			}
-			out = append(out, candidate{session: sid, message: msgID, agent: m.Info.Agent, callID: p.CallID})
+	for _, p := range parts {
+		if p.tool == name && input != nil && reflect.DeepEqual(p.input, input) {
+			out = append(out, p.candidate)
 		}
 	}
 	return out
+}
+
+// pluginCaller is a well-formed _caller.
+type pluginCaller struct {
+	SessionID string `json:"sessionID"`
+	CallID    string `json:"callID"`
+	Sig       string `json:"sig"`
+}
+
+// parseCaller checks a _caller value: its shape, and with a token its signature (see
+// [Plugin]). It returns why the value is not the plugin's, or "".
+func (s *Server) parseCaller(raw json.RawMessage) (pluginCaller, string) {
+	var pc pluginCaller
+	if err := json.Unmarshal(raw, &pc); err != nil {
+		return pc, `not {"sessionID", "callID", "sig"}`
+	}
+	switch {
+	case !validSessionID(pc.SessionID):
+		return pc, "sessionID is not a session id"
+	case !validCallID(pc.CallID):
+		return pc, "callID is not a call id"
+	case !s.cfg.tokenSet:
+		return pc, ""
+	case pc.Sig == "":
+		return pc, "not signed"
+	case !hmac.Equal([]byte(pc.Sig), []byte(callerSig(s.cfg.token, pc.SessionID, pc.CallID))):
+		return pc, "bad signature"
+	}
+	return pc, ""
 }
 
 // resolve finds the caller of a call of the tool named name (see Server). The returned
@@ -140,16 +204,29 @@ func (s *Server) resolve(ctx context.Context, name string, args callArgs, meta m
 	}
 	if s.cfg.modes[CallerFromMeta] {
 		if sid, ok := meta["sessionID"].(string); ok && sid != "" {
+			if !validSessionID(sid) {
+				return asyncagents.Caller{}, nil, fmt.Errorf("%w (_meta.sessionID is not a session id)", ErrUnknownCaller)
+			}
 			return s.fromMeta(ctx, name, sid, args)
 		}
 	}
+	ignored := ""
 	if s.cfg.modes[CallerFromPlugin] && args.caller != nil {
-		return s.fromPlugin(ctx, name, args)
+		pc, why := s.parseCaller(args.caller)
+		if why == "" {
+			return s.fromPlugin(ctx, name, pc, args)
+		}
+		ignored = fmt.Sprintf(" (_caller ignored: %s)", why)
+		s.cfg.logger.Debug("mcpserver: _caller ignored", "tool", name, "reason", why)
 	}
 	if s.cfg.modes[CallerFromLookup] {
-		return s.lookup(ctx, name, args)
+		c, release, err := s.lookup(ctx, name, args)
+		if errors.Is(err, ErrUnknownCaller) && ignored != "" {
+			err = fmt.Errorf("%w%s", err, ignored)
+		}
+		return c, release, err
 	}
-	return asyncagents.Caller{}, nil, fmt.Errorf("%w (the call carries neither _meta.sessionID nor _caller)", ErrUnknownCaller)
+	return asyncagents.Caller{}, nil, fmt.Errorf("%w (the call carries neither _meta.sessionID nor a valid _caller)", ErrUnknownCaller)
 }
 
 func (s *Server) resolved(name string, mode CallerMode, c asyncagents.Caller, callID string) (asyncagents.Caller, func(), error) {
@@ -165,13 +242,13 @@ func (s *Server) resolved(name string, mode CallerMode, c asyncagents.Caller, ca
 func (s *Server) fromMeta(ctx context.Context, name, sid string, args callArgs) (asyncagents.Caller, func(), error) {
 	msgs, err := s.readMessages(ctx, sid)
 	if errors.Is(err, opencode.ErrNotFound) {
-		return asyncagents.Caller{}, nil, fmt.Errorf("%w (_meta.sessionID %q names no session)", ErrUnknownCaller, cut(sid))
+		return asyncagents.Caller{}, nil, fmt.Errorf("%w (_meta.sessionID %q names no session)", ErrUnknownCaller, sid)
 	}
 	if err != nil { // the session is known all the same; the handler will find out
 		s.cfg.logger.Debug("mcpserver: read the caller's messages", "session", sid, "error", err)
 		return s.resolved(name, CallerFromMeta, asyncagents.Caller{SessionID: sid}, "")
 	}
-	if c, ok := s.claims.takeOne(runningParts(msgs, name, args.input), time.Now()); ok {
+	if c, ok := s.claims.takeOne(matching(runningTools(msgs, s.prefix+"_"), name, args.input), time.Now()); ok {
 		c.session = sid
 		return s.resolved(name, CallerFromMeta, c.caller(), c.callID)
 	}
@@ -185,22 +262,17 @@ func (s *Server) fromMeta(ctx context.Context, name, sid string, args callArgs) 
 	return s.resolved(name, CallerFromMeta, caller, "")
 }
 
-// fromPlugin resolves a call whose arguments carry _caller, checking it against the
-// session's running tool part.
-func (s *Server) fromPlugin(ctx context.Context, name string, args callArgs) (asyncagents.Caller, func(), error) {
-	var pc struct {
-		SessionID string `json:"sessionID"`
-		CallID    string `json:"callID"`
-	}
-	if err := json.Unmarshal(args.caller, &pc); err != nil || pc.SessionID == "" || pc.CallID == "" {
-		return asyncagents.Caller{}, nil, fmt.Errorf("%w (_caller must be {\"sessionID\", \"callID\"})", ErrUnknownCaller)
-	}
+// fromPlugin resolves a call whose arguments carry the plugin's _caller, checking it
+// against the session's running tool part: the part with that call id must be a running
+// call of the same tool whose stored input is the call's arguments, _caller included.
+func (s *Server) fromPlugin(ctx context.Context, name string, pc pluginCaller, args callArgs) (asyncagents.Caller, func(), error) {
 	refuse := func(why string) (asyncagents.Caller, func(), error) {
 		return asyncagents.Caller{}, nil, fmt.Errorf("%w (_caller names call %q of session %q, which %s)",
-			ErrUnknownCaller, cut(pc.CallID), cut(pc.SessionID), why)
+			ErrUnknownCaller, pc.CallID, pc.SessionID, why)
 	}
 	deadline := time.Now().Add(s.cfg.lookupWait)
 	var lastErr error
+	notFound := "is not a running call"
 	for delay := firstRetry; ; delay = min(2*delay, maxRetry) {
 		msgs, err := s.readMessages(ctx, pc.SessionID)
 		lastErr = err
@@ -216,6 +288,9 @@ func (s *Server) fromPlugin(ctx context.Context, name string, args callArgs) (as
 				return refuse("is a call of another tool")
 			case p.State.Status != opencode.ToolRunning:
 				return refuse("is not running")
+			case !hasCaller(p.State.Input):
+				// stored before the plugin added _caller, or the plugin never did: read again
+				notFound = "was made without _caller"
 			case !inputEqual(p.State.Input, args.input):
 				return refuse("has other arguments")
 			case !s.claims.claim(pc.CallID, time.Now()):
@@ -239,7 +314,7 @@ func (s *Server) fromPlugin(ctx context.Context, name string, args callArgs) (as
 	if lastErr != nil {
 		return asyncagents.Caller{}, nil, fmt.Errorf("mcpserver: check _caller: %w", lastErr)
 	}
-	return refuse("is not a running call")
+	return refuse(notFound)
 }
 
 // findCall returns the tool part with callID among msgs, and its message.
@@ -279,26 +354,37 @@ func (s *Server) recent(ctx context.Context, sid string) ([]opencode.Message, er
 	return out, nil
 }
 
-// lookup resolves a call by searching the busy sessions for its running tool part.
+// lookup resolves a call by searching the busy sessions for its running tool part. The
+// reads are shared with the other lookups in progress (see scanner): each read this lookup
+// uses began after the call arrived and the settle time passed, and after the read it used
+// before.
 func (s *Server) lookup(ctx context.Context, name string, args callArgs) (asyncagents.Caller, func(), error) {
-	start := time.Now()
-	deadline := start.Add(s.cfg.lookupWait)
-	if err := sleep(ctx, min(lookupSettle, s.cfg.lookupWait)); err != nil {
+	arrived := time.Now()
+	deadline := arrived.Add(s.cfg.lookupWait)
+	settle := min(lookupSettle, s.cfg.lookupWait)
+	if err := sleep(ctx, settle); err != nil {
 		return asyncagents.Caller{}, nil, err
 	}
+	after := arrived.Add(settle)
 	var (
 		lastErr  error
 		sessions int
 	)
-	for delay := firstRetry; ; delay = min(2*delay, maxRetry) {
-		cands, err := s.scan(ctx, name, args.input)
+	for delay := firstLookupRetry; ; delay = min(2*delay, maxLookupRetry) {
+		sc, err := s.scans.get(ctx, after)
+		if ctx.Err() != nil {
+			return asyncagents.Caller{}, nil, context.Cause(ctx)
+		}
 		lastErr = err
 		if err == nil {
-			c, n := s.claims.take(cands, time.Now())
+			after = sc.start.Add(time.Nanosecond)
+			c, n := s.claims.take(matching(sc.parts, name, args.input), time.Now())
 			if n == 1 {
 				return s.resolved(name, CallerFromLookup, c.caller(), c.callID)
 			}
 			sessions = n
+		} else {
+			after = time.Now()
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -315,49 +401,6 @@ func (s *Server) lookup(ctx context.Context, name string, args callArgs) (asynca
 		return asyncagents.Caller{}, nil, fmt.Errorf("%w (%d sessions are running this %s call)", ErrAmbiguousCaller, sessions, name)
 	}
 	return asyncagents.Caller{}, nil, ErrUnknownCaller
-}
-
-// scan reads the busy sessions of the known directories and returns their running tool
-// parts named name with input input. A failed read fails the scan: a session left out
-// could be the one that makes a match ambiguous.
-func (s *Server) scan(ctx context.Context, name string, input any) ([]candidate, error) {
-	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
-	defer cancel()
-	busy := map[string]bool{}
-	for _, dir := range s.cfg.dirs {
-		st, err := s.client.SessionStatus(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		for id := range st {
-			busy[id] = true
-		}
-	}
-	ids := make([]string, 0, len(busy))
-	for id := range busy {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	found := make([][]candidate, len(ids))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(scanParallel)
-	for i, id := range ids {
-		g.Go(func() error {
-			msgs, err := s.recent(gctx, id)
-			if errors.Is(err, opencode.ErrNotFound) { // deleted meanwhile: not a caller
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			found[i] = runningParts(msgs, name, input)
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return slices.Concat(found...), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -60,8 +60,8 @@ func TestParseArgs(t *testing.T) {
 		{``, ``, `{}`, ``, true},
 		{`null`, `null`, `{}`, ``, true},
 		{`{"a":1}`, `{"a":1}`, `{"a":1}`, ``, true},
-		{`{"a":1,"_caller":{"sessionID":"s"}}`, `{"a":1}`, `{"a":1}`, `{"sessionID":"s"}`, true},
-		{`{"_caller":null}`, `{}`, `{}`, `null`, true},
+		{`{"a":1,"_caller":{"sessionID":"s"}}`, `{"a":1}`, `{"_caller":{"sessionID":"s"},"a":1}`, `{"sessionID":"s"}`, true},
+		{`{"_caller":null}`, `{}`, `{"_caller":null}`, `null`, true},
 		{`[1]`, `[1]`, `null`, ``, false},
 		{`5`, `5`, `null`, ``, false},
 		{`{"a":`, `{"a":`, `null`, ``, false},
@@ -72,8 +72,18 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("parseArgs(%s) = %s %s %s %t", tc.raw, a.handler, in, a.caller, a.object)
 		}
 	}
-	if !inputEqual(json.RawMessage(`{"b":[1,2.0],"a":"x","_caller":{}}`), parseArgs(json.RawMessage(`{"a":"x","b":[1.0,2]}`)).input) {
+	if !inputEqual(json.RawMessage(`{"b":[1,2.0],"a":"x","_caller":{"c":1}}`), parseArgs(json.RawMessage(`{"_caller":{"c":1.0},"a":"x","b":[1.0,2]}`)).input) {
 		t.Error("inputEqual: same input in another form")
+	}
+	// _caller is part of what is compared: a part stored with another one, or without one,
+	// is another call.
+	for _, stored := range []string{`{"a":"x"}`, `{"a":"x","_caller":{"c":2}}`} {
+		if inputEqual(json.RawMessage(stored), parseArgs(json.RawMessage(`{"a":"x","_caller":{"c":1}}`)).input) {
+			t.Errorf("inputEqual: %s", stored)
+		}
+	}
+	if inputEqual(json.RawMessage(`{"a":"x","_caller":{"c":1}}`), parseArgs(json.RawMessage(`{"a":"x"}`)).input) {
+		t.Error("inputEqual: a call without _caller matches a part with one")
 	}
 	if inputEqual(json.RawMessage(`{"a":"x"}`), parseArgs(json.RawMessage(`{"a":"y"}`)).input) {
 		t.Error("inputEqual: other input")

@@ -3,21 +3,26 @@ package mcpserver_test
 // End-to-end tests: a real `opencode serve` is the MCP client. A parent session's scripted
 // model calls the asyncagents tools through OpenCode → MCP → the bridge → the Manager.
 // Two fixtures, each a server with its own Manager and bridge: "plugin" (plugins on, the
-// companion plugin installed, the bridge registered in opencode.json) and "lookup"
-// (--pure, so no plugin; the bridge registered at run time with POST /mcp and told to use
-// the lookup only).
+// companion plugin installed, signing with the token file, the bridge registered in
+// opencode.json) and "lookup" (--pure, so no plugin; the bridge, with its default caller
+// modes, registered at run time with POST /mcp: it finds callers by the lookup, and
+// receives a _caller only when a model writes one).
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +44,7 @@ const (
 // fixture is an OpenCode server whose project has the bridge as MCP server "asyncagents".
 type fixture struct {
 	mode    string
+	state   string // the token file's folder
 	srv     *opencodetest.Server
 	client  *opencode.HTTPClient
 	m       *asyncagents.Manager
@@ -121,16 +127,24 @@ func startFixture(mode string) (f *fixture, err error) {
 	late := &lateHandler{}
 	f.http = httptest.NewServer(late)
 	token := randomHex(16)
+	if f.state, err = os.MkdirTemp("", "mcpserver-e2e-"); err != nil {
+		return f, err
+	}
+	tokenFile := filepath.Join(f.state, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return f, err
+	}
 	remote := mcpserver.RemoteConfig(f.http.URL, token)
 	var opts []opencodetest.ServerOption
 	bridgeOpts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(slog.New(f.logs))}
 	if mode == modePlugin {
-		// B-3: the generated plugin, loaded by a server with plugins on; the bridge in the
-		// project's opencode.json.
-		opts = append(opts, opencodetest.WithPlugins(map[string]string{"asyncagents.js": mcpserver.Plugin(asyncagents.DefaultToolPrefix)}),
+		// B-3: the generated plugin, signing with the token file, loaded by a server with
+		// plugins on; the bridge in the project's opencode.json.
+		opts = append(opts, opencodetest.WithPlugins(map[string]string{
+			"asyncagents.js": mcpserver.Plugin(asyncagents.DefaultToolPrefix, mcpserver.WithTokenFile(tokenFile))}),
 			opencodetest.WithMCP(asyncagents.DefaultToolPrefix, remote))
 	} else {
-		bridgeOpts = append(bridgeOpts, mcpserver.WithCallerModes(mcpserver.CallerFromLookup), mcpserver.WithLookupWait(time.Second))
+		bridgeOpts = append(bridgeOpts, mcpserver.WithLookupWait(time.Second))
 	}
 	if f.srv, err = opencodetest.NewServer(ctx, opts...); err != nil {
 		return f, err
@@ -179,6 +193,9 @@ func (f *fixture) close() {
 		f.srv.Close()
 	}
 	f.http.Close()
+	if f.state != "" {
+		_ = os.RemoveAll(f.state)
+	}
 }
 
 func isCI() bool { return os.Getenv("CI") == "true" }
@@ -632,4 +649,267 @@ func TestBlockingOutputOutlivesTimeout(t *testing.T) {
 		t.Fatalf("output after %v: %s %q %q", took, st.Status, st.Output, st.Error)
 	}
 	t.Logf("blocking output completed after %v", took)
+}
+
+// B-1 (issue 16a): parents A and B make the same blocking output call at the same moment,
+// and B's model adds a _caller naming A's call (A's session and the call id A's model
+// chose). Without the plugin ("lookup") B's _caller is not signed, so the bridge finds the
+// caller by the call's stored arguments, which are B's own; with the plugin the hook
+// overwrites it with B's own, signed. Either way B's call runs for B (A's task is not
+// B's: "task not found") and never shows A's task; A's call runs for A.
+func TestForgedCallerRealServer(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{modePlugin, modeLookup} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testForgedCaller(t, getFixture(t, mode))
+		})
+	}
+}
+
+func testForgedCaller(t *testing.T, f *fixture) {
+	key := newKey()
+	a, b := f.newParent(t), f.newParent(t)
+	owner := asyncagents.Caller{SessionID: a, Agent: "build"}
+	tk, err := f.m.Launch(ctxT(t, 30*time.Second), asyncagents.LaunchInput{Caller: owner, Agent: "general",
+		Description: "A's task " + key, Prompt: "SLEEP:600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.m.Clear(context.Background(), owner) })
+	args := fmt.Sprintf(`{"task_id":%q,"block":true,"timeout":3}`, tk.ID)
+	callA := "call_forge_" + randomHex(4)
+	forged := fmt.Sprintf(`{"task_id":%q,"block":true,"timeout":3,"_caller":{"sessionID":%q,"callID":%q}}`, tk.ID, a, callA)
+	var mu sync.Mutex
+	both, arrived := make(chan struct{}), 0
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		if len(r.ToolResultsSinceUser()) > 0 {
+			return opencodetest.Text("done"), true
+		}
+		if !strings.Contains(last, " as ") {
+			return opencodetest.Text("ok"), true // a notification
+		}
+		mu.Lock()
+		if arrived++; arrived == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		select { // both calls at once
+		case <-both:
+		case <-time.After(20 * time.Second):
+		}
+		if strings.Contains(last, " as A") {
+			return opencodetest.Reply{ToolCalls: []opencodetest.ToolCall{{ID: callA, Name: "asyncagents_output", Arguments: args}}}, true
+		}
+		return opencodetest.CallTool("asyncagents_output", forged), true
+	})
+	f.prompt(t, a, key+" as A")
+	f.prompt(t, b, key+" as B")
+	partOf := func(sid string) opencode.Part {
+		msgs := f.waitReply(t, sid, "done", 60*time.Second)
+		parts, _ := toolParts(msgs, "asyncagents_output")
+		if len(parts) != 1 {
+			t.Fatalf("session %s: output parts:\n%s", sid, dump(msgs))
+		}
+		return parts[0]
+	}
+	pa, pb := partOf(a), partOf(b)
+	if pa.CallID != callA || pa.State.Status != opencode.ToolCompleted || !strings.Contains(pa.State.Output, "A's task "+key) {
+		t.Fatalf("A's call %s: %s %q %q", pa.CallID, pa.State.Status, pa.State.Output, pa.State.Error)
+	}
+	if pb.State.Status != opencode.ToolError || strings.Contains(pb.State.Output+pb.State.Error, key) ||
+		!strings.Contains(pb.State.Error, asyncagents.ErrTaskNotFound.Error()) {
+		t.Fatalf("B's call: %s %q %q, want B's own answer: task not found", pb.State.Status, pb.State.Output, pb.State.Error)
+	}
+	for _, c := range f.callers(b) {
+		if c["callID"] != pb.CallID || c["mode"] != f.mode {
+			t.Fatalf("B's call resolved as %v", c)
+		}
+	}
+	if got := f.callers(a); len(got) != 1 || got[0]["callID"] != callA {
+		t.Fatalf("callers of A: %v", got)
+	}
+	if f.mode == modePlugin { // the hook replaced B's _caller with its own, signed
+		var in struct {
+			Caller struct{ SessionID, CallID, Sig string } `json:"_caller"`
+		}
+		_ = json.Unmarshal(pb.State.Input, &in)
+		if in.Caller.SessionID != b || in.Caller.CallID != pb.CallID || len(in.Caller.Sig) != 64 {
+			t.Fatalf("B's stored input %s", pb.State.Input)
+		}
+	}
+}
+
+// sessionLog is an http.Handler in front of a bridge that records each request: its
+// method, its Mcp-Session-Id, the JSON-RPC method of a POST, and the answer's status.
+type sessionLog struct {
+	next http.Handler
+	mu   sync.Mutex
+	reqs []loggedRequest
+}
+
+type loggedRequest struct {
+	method, session, rpc string
+	status               int
+	start, end           time.Time
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (l *sessionLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rpc := ""
+	if r.Method == http.MethodPost {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		rpc = msg.Method
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	l.next.ServeHTTP(sw, r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqs = append(l.reqs, loggedRequest{method: r.Method, session: r.Header.Get("Mcp-Session-Id"), rpc: rpc, status: sw.status,
+		start: start, end: time.Now()})
+}
+
+func (l *sessionLog) all() []loggedRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+// B (issue 12), real server: what OpenCode 1.18.33 does when the bridge closed its idle MCP
+// session (observed here): its event stream (GET) ends, and its two or three attempts to
+// open it again are answered 404, which does not mark the server failed (it stays
+// "connected"). The next request that names the old session — the model's tool call, or
+// the notifications/cancelled OpenCode sends after each call — is answered 404; OpenCode's
+// MCP client (the TypeScript SDK's streamable HTTP transport: onsessionexpired) then sends
+// initialize without a session id, and the request again in the new session. The model's
+// call works and the model sees nothing of it. So an idle timeout costs OpenCode one more
+// round trip, never a failed call. But a session that closes while OpenCode opens it
+// (between initialize and the initialized notification: seen with a timeout of 150 ms)
+// makes its client give up, and the server shows "failed, Connection closed": hence
+// WithSessionTimeout's minimum. A bridge on the lookup fixture's server, under the prefix
+// "expiry", with a session timeout of 10 s: on a machine loaded six times over, OpenCode's
+// steps of one exchange were seen more than 3 s apart.
+func TestReconnectAfterSessionExpired(t *testing.T) {
+	t.Parallel()
+	f := getFixture(t, modeLookup)
+	ctx := ctxT(t, 120*time.Second)
+	m, err := asyncagents.New(f.client, asyncagents.WithToolPrefix("expiry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	logs := &records{}
+	token := randomHex(16)
+	bridge, err := mcpserver.New(m, f.client, mcpserver.WithToken(token), mcpserver.WithDirectories(f.srv.Directory),
+		mcpserver.WithSessionTimeout(10*time.Second), mcpserver.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sessionLog{next: bridge}
+	hs := httptest.NewServer(rec)
+	defer hs.Close()
+	defer bridge.Close()
+	if st, err := f.client.AddMCP(ctx, "", "expiry", mcpserver.RemoteConfig(hs.URL, token)); err != nil || st.Status != opencode.MCPConnected {
+		t.Fatalf("AddMCP: %+v %v\nrequests: %+v\nbridge log:\n%s", st, err, rec.all(), logs.text())
+	}
+	defer func() { _ = f.client.DisconnectMCP(context.Background(), "", "expiry") }()
+
+	key := newKey()
+	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		if len(r.ToolResultsSinceUser()) > 0 {
+			return opencodetest.Text("listed " + last[strings.LastIndex(last, " ")+1:]), true
+		}
+		return opencodetest.CallTool("expiry_list", `{}`), true
+	})
+	parent := f.newParent(t)
+	call := func(n string) opencode.Part {
+		f.prompt(t, parent, key+" call "+n)
+		msgs := f.waitReply(t, parent, "listed "+n, 60*time.Second)
+		parts, _ := toolParts(msgs, "expiry_list")
+		return parts[len(parts)-1]
+	}
+	if p := call("1"); p.State.Status != opencode.ToolCompleted {
+		t.Fatalf("first call: %s %q\nrequests: %+v\nbridge log:\n%s", p.State.Status, p.State.Error, rec.all(), logs.text())
+	}
+	// Wait until OpenCode's newest session has expired: its event stream ends, and
+	// OpenCode's attempts to open it again are answered 404.
+	var expired string
+	if !testmain.Eventually(30*time.Second, func() bool {
+		reqs := rec.all()
+		newest := ""
+		for _, r := range reqs {
+			if r.session != "" {
+				newest = r.session
+			}
+		}
+		for _, r := range reqs {
+			if r.session == newest && r.status == http.StatusNotFound {
+				expired = newest
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("OpenCode's session did not expire, or OpenCode never named it again: %+v", rec.all())
+	}
+	st, err := f.client.MCPStatus(ctx, "")
+	if err != nil || st["expiry"].Status != opencode.MCPConnected {
+		t.Fatalf("MCP status after the expiry: %+v %v", st["expiry"], err)
+	}
+	if p := call("2"); p.State.Status != opencode.ToolCompleted || !strings.Contains(p.State.Output, "No background tasks") {
+		t.Fatalf("the call after the expiry: %s %q %q\nrequests: %+v", p.State.Status, p.State.Output, p.State.Error, rec.all())
+	}
+	// The call went to the expired session (404), then initialize, then the call again in
+	// the new session.
+	reqs := rec.all()
+	t.Logf("requests: %+v", reqs)
+	step := 0
+	for _, r := range reqs {
+		switch {
+		case step == 0 && r.rpc == "tools/call" && r.session == expired && r.status == http.StatusNotFound,
+			step == 1 && r.rpc == "initialize" && r.session == "" && r.status == http.StatusOK,
+			step == 2 && r.rpc == "tools/call" && r.session != expired && r.status == http.StatusOK:
+			step++
+		}
+	}
+	if step != 3 {
+		t.Fatalf("the call after the expiry: not 404, initialize, call again (step %d)", step)
+	}
+	if got := logs.find("mcpserver: caller"); len(got) != 2 || got[1]["session"] != parent {
+		t.Fatalf("callers: %v", got)
+	}
 }

@@ -32,7 +32,12 @@ func Example() {
 	}
 	defer m.Close(ctx)
 
+	// The token, in a file only the user can read: the plugin signs with it.
 	token := rand.Text()
+	tokenFile := "/home/me/.local/state/asyncagents/token"
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		log.Fatal(err)
+	}
 	bridge, err := mcpserver.New(m, client, mcpserver.WithToken(token), mcpserver.WithDirectories(project))
 	if err != nil {
 		log.Fatal(err)
@@ -47,13 +52,13 @@ func Example() {
 	// No WriteTimeout: a blocking output may take 600 s.
 	go func() { _ = http.Serve(l, mux) }()
 
-	// The plugin tells the bridge exactly who calls; OpenCode loads it at its next start
-	// (not with --pure).
+	// The plugin tells the bridge exactly who calls, signing with the token; OpenCode loads
+	// it at its next start (not with --pure).
 	plugin := filepath.Join(project, ".opencode", "plugin", "asyncagents.js")
 	if err := os.MkdirAll(filepath.Dir(plugin), 0o755); err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile(plugin, []byte(mcpserver.Plugin(m.ToolPrefix())), 0o644); err != nil {
+	if err := os.WriteFile(plugin, []byte(mcpserver.Plugin(m.ToolPrefix(), mcpserver.WithTokenFile(tokenFile))), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	// Register the bridge with the running instance (or write RemoteConfig into

@@ -2,12 +2,17 @@ package mcpserver_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,7 +75,7 @@ func (r *records) text() string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	for _, rec := range r.recs {
-		b.WriteString(rec.Message)
+		b.WriteString(rec.Time.Format("15:04:05.000 ") + rec.Message)
 		rec.Attrs(func(a slog.Attr) bool {
 			b.WriteString(" " + a.Key + "=" + a.Value.String())
 			return true
@@ -102,6 +107,7 @@ type bridge struct {
 	srv    *mcpserver.Server
 	http   *httptest.Server
 	logs   *records
+	token  string // the bridge's token, "" for none
 	closed bool
 }
 
@@ -110,20 +116,30 @@ const hold = time.Minute
 
 func newBridge(t *testing.T, opts ...mcpserver.Option) *bridge {
 	t.Helper()
-	b := &bridge{logs: &records{}}
+	return newBridgeWith(t, testToken, opts...)
+}
+
+// newBridgeWith is newBridge with token as the bridge's token ("": none).
+func newBridgeWith(t *testing.T, token string, opts ...mcpserver.Option) *bridge {
+	t.Helper()
+	b := &bridge{logs: &records{}, token: token}
 	b.fake = opencodetest.NewFakeClient(opencodetest.WithToolFunc(func(call opencodetest.ToolCall) (opencodetest.ToolResult, bool) {
 		if strings.HasPrefix(call.Name, "asyncagents_") {
 			return opencodetest.ToolResult{Sleep: hold}, true
 		}
 		return opencodetest.ToolResult{}, false
 	}))
+	b.fake.SetScript(callScript)
 	m, err := asyncagents.New(b.fake, asyncagents.WithPollInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.m = m
-	b.srv, err = mcpserver.New(m, b.fake, append([]mcpserver.Option{mcpserver.WithToken(testToken),
-		mcpserver.WithLogger(slog.New(b.logs)), mcpserver.WithLookupWait(300 * time.Millisecond)}, opts...)...)
+	base := []mcpserver.Option{mcpserver.WithLogger(slog.New(b.logs)), mcpserver.WithLookupWait(300 * time.Millisecond)}
+	if token != "" {
+		base = append(base, mcpserver.WithToken(token))
+	}
+	b.srv, err = mcpserver.New(m, b.fake, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +170,11 @@ func (b *bridge) connect(t *testing.T, progress func(*mcp.ProgressNotificationPa
 		}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
-	cs, err := c.Connect(ctxT(t, 10*time.Second), &mcp.StreamableClientTransport{Endpoint: b.http.URL,
-		HTTPClient: &http.Client{Transport: bearer{testToken, http.DefaultTransport}}}, nil)
+	hc := &http.Client{}
+	if b.token != "" {
+		hc.Transport = bearer{b.token, http.DefaultTransport}
+	}
+	cs, err := c.Connect(ctxT(t, 10*time.Second), &mcp.StreamableClientTransport{Endpoint: b.http.URL, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,3 +263,65 @@ func textOf(res *mcp.CallToolResult) string {
 }
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+// callScript makes the model of a prompt "CALL <tool call as JSON>" make that call (with its
+// call id), as many times as it is prompted so.
+func callScript(r *opencodetest.Request) (opencodetest.Reply, bool) {
+	_, last := r.LastUser()
+	spec, ok := strings.CutPrefix(last, "CALL ")
+	if !ok || len(r.ToolResultsSinceUser()) > 0 {
+		return opencodetest.Reply{}, false
+	}
+	var call opencodetest.ToolCall
+	if err := json.Unmarshal([]byte(spec), &call); err != nil {
+		return opencodetest.Text("bad CALL: " + err.Error()), true
+	}
+	return opencodetest.Reply{ToolCalls: []opencodetest.ToolCall{call}}, true
+}
+
+var callIDs atomic.Int64
+
+// callAs makes session sid's model call tool with args as they are (a _caller the model
+// wrote included), under a call id of its own, and waits until the call's part is running.
+func (b *bridge) callAs(t *testing.T, sid, tool, args string) opencode.Part {
+	t.Helper()
+	spec, _ := json.Marshal(opencodetest.ToolCall{ID: fmt.Sprintf("call_test-%d_0", callIDs.Add(1)), Name: tool, Arguments: args})
+	b.start(t, sid, "CALL "+string(spec))
+	return b.waitRunning(t, sid, tool, 1)[0]
+}
+
+// pluginCall makes session sid's model call tool with args, with the _caller the companion
+// plugin adds for a bridge with token testToken, and waits until the call's part is
+// running. It returns the part and the arguments OpenCode sends the bridge.
+func (b *bridge) pluginCall(t *testing.T, sid, tool, args string) (opencode.Part, string) {
+	t.Helper()
+	callID := fmt.Sprintf("call_test-%d_0", callIDs.Add(1))
+	full := withCaller(args, sid, callID, testToken)
+	spec, _ := json.Marshal(opencodetest.ToolCall{ID: callID, Name: tool, Arguments: full})
+	b.start(t, sid, "CALL "+string(spec))
+	return b.waitRunning(t, sid, tool, 1)[0], full
+}
+
+// withCaller returns the arguments args (a JSON object) with the _caller the plugin adds
+// for call callID of session sid, signed with token ("": no sig).
+func withCaller(args, sid, callID, token string) string {
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(args), &obj); err != nil || obj == nil {
+		panic("withCaller: " + args)
+	}
+	c := map[string]any{"sessionID": sid, "callID": callID}
+	if token != "" {
+		c["sig"] = sign(token, sid, callID)
+	}
+	obj["_caller"] = c
+	b, _ := json.Marshal(obj)
+	return string(b)
+}
+
+// sign is the plugin's signature of a _caller, as Plugin documents it: HMAC-SHA256 of
+// "asyncagents _caller v1\n<sessionID>\n<callID>" keyed by the token, in hex.
+func sign(token, sid, callID string) string {
+	h := hmac.New(sha256.New, []byte(token))
+	h.Write([]byte("asyncagents _caller v1\n" + sid + "\n" + callID))
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -15,7 +17,19 @@ const (
 	// DefaultLookupWait is how long the caller lookup keeps searching when it finds no
 	// running call, or several, before it gives up.
 	DefaultLookupWait = 2 * time.Second
+	// DefaultSessionTimeout is how long an MCP session may stay idle before the bridge
+	// closes it. OpenCode's MCP client opens a new one when its session is gone (it answers
+	// the 404 with a new initialize and sends the request again), so a model's call after
+	// a long pause costs one more round trip, and nothing fails.
+	DefaultSessionTimeout = 10 * time.Minute
+	// DefaultMaxSessions is how many MCP sessions the bridge keeps at once. OpenCode opens
+	// one per instance (project directory) that has the bridge registered.
+	DefaultMaxSessions = 64
 )
+
+// minSessionTimeout is the shortest session timeout: OpenCode opens a session in
+// milliseconds, and a session closed while it does breaks OpenCode's connection.
+const minSessionTimeout = time.Second
 
 // CallerMode is one way of finding the caller of a tool call: the OpenCode session, message
 // and agent the call is made for. See [Server] for what each one reads.
@@ -26,9 +40,9 @@ const (
 	// CallerFromMeta takes the session from the call's _meta.sessionID, which OpenCode
 	// sends from version 2 on.
 	CallerFromMeta CallerMode = iota + 1
-	// CallerFromPlugin takes the {sessionID, callID} the companion plugin (see [Plugin])
-	// adds to the arguments as _caller, and checks it against that session's running tool
-	// part.
+	// CallerFromPlugin takes the {sessionID, callID, sig} the companion plugin (see
+	// [Plugin]) adds to the arguments as _caller — signed with the token when the bridge
+	// has one ([WithToken]) — and checks it against that session's running tool part.
 	CallerFromPlugin
 	// CallerFromLookup searches the busy sessions of the known directories for the running
 	// tool part with the call's tool name and arguments.
@@ -55,29 +69,37 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	token      string
-	tokenSet   bool
-	dirs       []string
-	logger     *slog.Logger
-	keepalive  time.Duration
-	lookupWait time.Duration
-	modes      map[CallerMode]bool
+	token          string
+	tokenSet       bool
+	dirs           []string
+	logger         *slog.Logger
+	keepalive      time.Duration
+	lookupWait     time.Duration
+	modes          map[CallerMode]bool
+	origins        map[string]bool // lower case
+	originErr      error
+	sessionTimeout time.Duration
+	maxSessions    int
 }
 
 func defaultConfig() config {
 	return config{
-		dirs:       []string{""},
-		logger:     slog.New(slog.DiscardHandler),
-		keepalive:  DefaultKeepalive,
-		lookupWait: DefaultLookupWait,
-		modes:      map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+		dirs:           []string{""},
+		logger:         slog.New(slog.DiscardHandler),
+		keepalive:      DefaultKeepalive,
+		lookupWait:     DefaultLookupWait,
+		modes:          map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+		origins:        map[string]bool{},
+		sessionTimeout: DefaultSessionTimeout,
+		maxSessions:    DefaultMaxSessions,
 	}
 }
 
 // WithToken makes every request carry the header "Authorization: Bearer <token>"; others
 // are answered 401 Unauthorized. The token is compared in constant time and never logged.
-// Without it the handler authenticates nobody: mount it on a loopback listener only.
-// The token must not be empty.
+// It is also the key the companion plugin signs its _caller with (see [WithTokenFile]):
+// with a token, only a signed _caller names the caller. Without it the handler
+// authenticates nobody: mount it on a loopback listener only. The token must not be empty.
 func WithToken(token string) Option {
 	return optionFunc(func(c *config) { c.token, c.tokenSet = token, true })
 }
@@ -119,7 +141,8 @@ func WithLookupWait(d time.Duration) Option {
 // WithCallerModes sets the ways the caller of a call may be found; the bridge tries them
 // in the fixed order meta, plugin, lookup, whatever the order given, and uses the first
 // that applies. A call whose arguments carry _caller when CallerFromPlugin is off has it
-// removed and ignored. Defaults to all three; at least one.
+// removed from the arguments its handler gets, and is resolved as any other, by its
+// arguments, _caller included. Defaults to all three; at least one.
 func WithCallerModes(modes ...CallerMode) Option {
 	return optionFunc(func(c *config) {
 		c.modes = map[CallerMode]bool{}
@@ -127,6 +150,48 @@ func WithCallerModes(modes ...CallerMode) Option {
 			c.modes[m] = true
 		}
 	})
+}
+
+// WithAllowedOrigins sets the origins (scheme://host[:port], e.g. "http://localhost:6274")
+// whose browser pages may call the bridge. The bridge answers 403 Forbidden, before
+// anything else, to a request whose Origin header is not one of them, and to a request
+// without Origin whose Sec-Fetch-Site header says another site sent it: a web page cannot
+// call the bridge, not even through a name that resolves to 127.0.0.1. OpenCode's MCP
+// client sends neither header. Defaults to none: every request with an Origin is refused.
+// Each origin must be an http or https URL with a host and no path, query or user.
+func WithAllowedOrigins(origins ...string) Option {
+	return optionFunc(func(c *config) {
+		c.origins, c.originErr = map[string]bool{}, nil
+		for _, o := range origins {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+				c.originErr = fmt.Errorf("mcpserver: WithAllowedOrigins: %q is not an origin (scheme://host[:port])", cut(o))
+				return
+			}
+			c.origins[strings.ToLower(u.Scheme+"://"+u.Host)] = true
+		}
+	})
+}
+
+// WithSessionTimeout sets how long an MCP session may stay idle — no request of its
+// client in progress; an open event stream (GET) does not count — before the bridge
+// closes it; its client's next request is answered 404 Not Found, and OpenCode then opens
+// a new session. A call in progress keeps its session. A session must outlast OpenCode's
+// own opening of it (initialize, then the initialized notification): when one closes in
+// between, OpenCode's client gives up and shows the server "failed" until it is connected
+// again (POST /mcp/{name}/connect). Defaults to DefaultSessionTimeout; at least 1 s.
+func WithSessionTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.sessionTimeout = d })
+}
+
+// WithMaxSessions sets how many MCP sessions the bridge keeps at once. A new session
+// (an initialize without Mcp-Session-Id) beyond n closes the session that has been idle
+// longest — one with no request in progress, not even an open event stream — and when
+// every session has a request in progress it is refused with 503 Service Unavailable and
+// "Retry-After: 1". Defaults to DefaultMaxSessions; must be at least 1.
+func WithMaxSessions(n int) Option {
+	return optionFunc(func(c *config) { c.maxSessions = n })
 }
 
 var errNoMode = errors.New("mcpserver: at least one caller mode")
@@ -149,6 +214,15 @@ func (c *config) validate() error {
 	}
 	if len(c.modes) == 0 {
 		return errNoMode
+	}
+	if c.originErr != nil {
+		return c.originErr
+	}
+	if c.sessionTimeout < minSessionTimeout {
+		return fmt.Errorf("mcpserver: WithSessionTimeout: %v must be at least %v", c.sessionTimeout, minSessionTimeout)
+	}
+	if c.maxSessions < 1 {
+		return fmt.Errorf("mcpserver: WithMaxSessions: %d must be at least 1", c.maxSessions)
 	}
 	for m := range c.modes {
 		if m < CallerFromMeta || m > CallerFromLookup {

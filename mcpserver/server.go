@@ -45,27 +45,43 @@ var (
 // bridge finds the caller — session, message, agent — in this order (see
 // [WithCallerModes]):
 //
-//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. The message and
-//     agent come from that session's running tool part with the call's tool name and
-//     arguments, when one is found at once; otherwise the agent of its newest assistant
-//     message, and no message.
-//  2. The _caller argument {"sessionID", "callID"} that the companion plugin ([Plugin])
-//     adds. It is checked against the session: its newest messages must show a running
-//     tool part with that call id, the tool's name and the same arguments,
-//     else the call fails with [ErrUnknownCaller] — a model that writes _caller itself
-//     cannot borrow another session. The part's message and that message's agent complete
-//     the caller.
+//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. It must be a
+//     session id ("ses_" and 1 to 64 letters and digits), else the call fails with
+//     [ErrUnknownCaller]. The message and agent come from that session's running tool
+//     part with the call's tool name and arguments, when one is found at once; otherwise
+//     the agent of its newest assistant message, and no message.
+//  2. The _caller argument {"sessionID", "callID", "sig"} that the companion plugin
+//     ([Plugin]) adds, when it is the plugin's: sessionID a session id, callID 1 to 128
+//     letters, digits and "_-.:|", and, when the bridge has a token ([WithToken]), sig the
+//     token's signature of the two ([WithTokenFile]). Any other _caller — unsigned, signed
+//     with another key, malformed — is ignored, and the call is resolved by the lookup as
+//     one without _caller. The plugin's _caller is checked against the session: its newest
+//     messages must show a running tool part with that call id, the tool's name, and the
+//     call's arguments, _caller included, as its stored input (OpenCode stores the object
+//     the plugin added _caller to), else the call fails with [ErrUnknownCaller]. The part's
+//     message and that message's agent complete the caller.
 //  3. A lookup: GET /session/status of each directory ([WithDirectories]), then the newest
 //     messages of each busy session (GET /session/{id}/message?limit=4, and older pages
 //     back to the newest assistant message), for running tool parts named
-//     "<prefix>_<tool>" whose input equals the call's arguments. It first reads 100 ms
-//     after the call arrived, so that the caller's own part, which OpenCode stores about
-//     when it sends the call, is there. Parts that other calls have claimed are skipped.
-//     Parts of one session left: the call claims the first one's call id and runs for that
-//     session (identical calls made in parallel by one session each take one part). None,
-//     or parts of several sessions: the lookup reads again, for up to the lookup wait
+//     "<prefix>_<tool>" whose stored input is the call's arguments, _caller included. It
+//     first reads 100 ms after the call arrived, so that the caller's own part, which
+//     OpenCode stores about when it sends the call, is there. Parts that other calls have
+//     claimed are skipped. Parts of one session left: the call claims the first one's call
+//     id and runs for that session (identical calls made in parallel by one session each
+//     take one part). None, or parts of several sessions: the lookup reads again 0.2, 0.4,
+//     0.8 and 1.6 s after the call arrived, and at the end of the lookup wait
 //     ([WithLookupWait]), then fails with [ErrUnknownCaller] or [ErrAmbiguousCaller]. It
-//     never guesses. A claimed call id stays claimed for a minute after its call ended.
+//     never guesses. Concurrent lookups share their reads: a lookup takes a read that
+//     began 100 ms after its call arrived, or later, and after the read it took before, so
+//     a burst of calls costs OpenCode about what one call does. A claimed call id stays
+//     claimed for a minute after its call ended.
+//
+// A model cannot make its call run for another session. It cannot set _meta. With a
+// token, it cannot sign a _caller without reading the token; a _caller it writes is one of
+// its call's arguments, stored with them, so its call matches its own tool part only.
+// Without a token, a _caller is taken at its word once it matches the named running
+// part's stored _caller: a model that knows another session's whole _caller (session id,
+// call id, and sig if any) for a call that runs can borrow it.
 //
 // _caller is removed from the arguments before the tool's handler sees them.
 //
@@ -79,8 +95,17 @@ var (
 // does not cut a blocking output. When OpenCode cancels the call (the session is aborted,
 // or its own timeout) the handler's context is cancelled.
 //
-// A Server is safe for concurrent use. It owns the goroutines of its calls' keepalives and
-// those of the MCP SDK's sessions; [Server.Close] ends them.
+// # Requests and sessions
+//
+// The bridge refuses what a web page may send ([WithAllowedOrigins]: an Origin header,
+// by default; a Host that is not a loopback name), and, with a token, requests without it.
+// OpenCode opens one MCP session per instance (project directory). The bridge keeps at
+// most [WithMaxSessions] sessions, closing the one idle longest to make room, and closes
+// a session idle for [WithSessionTimeout]; OpenCode answers the 404 its next request then
+// gets with a new session and sends the request again, so its calls work as before.
+//
+// A Server is safe for concurrent use. It owns the goroutines of its calls' keepalives, of
+// the reads of the lookups, and those of the MCP SDK's sessions; [Server.Close] ends them.
 type Server struct {
 	m      *asyncagents.Manager
 	client opencode.Client
@@ -91,11 +116,15 @@ type Server struct {
 	http   http.Handler
 	token  [sha256.Size]byte
 	claims claims
+	scans  scanner
+	mcpSes sessions
 
 	mu       sync.Mutex
 	closed   bool
 	calls    sync.WaitGroup     // calls in progress
-	base     context.Context    // cancelled by Close: ends calls' contexts and keepalives
+	workers  sync.WaitGroup     // shared scans and evicted sessions' closing
+	creating sync.WaitGroup     // requests that may create an MCP session
+	base     context.Context    // cancelled by Close: ends calls' contexts, keepalives and scans
 	stop     context.CancelFunc // cancels base
 	closeOne sync.Once
 }
@@ -129,9 +158,28 @@ func New(m *asyncagents.Manager, client opencode.Client, opts ...Option) (*Serve
 		s.mcp.AddTool(&mcp.Tool{Name: strings.TrimPrefix(t.Name, s.prefix+"_"), Description: t.Description,
 			InputSchema: t.Parameters}, s.toolHandler(t.Name))
 	}
+	// The SDK's localhost protection (DisableLocalhostProtection false) stays on.
 	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{Logger: cfg.logger})
+		&mcp.StreamableHTTPOptions{Logger: cfg.logger, SessionTimeout: cfg.sessionTimeout})
+	s.mcpSes = sessions{mcp: s.mcp, max: cfg.maxSessions, now: time.Now, known: map[string]*sessionUse{},
+		closeSession: func(ss *mcp.ServerSession) {
+			s.spawn(func(context.Context) { _ = ss.Close() }) // after Close, Close closes it
+		}}
+	s.scans = scanner{read: s.readRunning, spawn: s.spawn}
 	return s, nil
+}
+
+// spawn runs f on a goroutine the Server owns, with a ctx that Close cancels, and reports
+// true; after Close it runs nothing and reports false.
+func (s *Server) spawn(f func(ctx context.Context)) bool {
+	if !s.track(&s.workers) {
+		return false
+	}
+	go func() {
+		defer s.workers.Done()
+		f(s.base)
+	}()
+	return true
 }
 
 // moduleVersion is the version of this module in the host's build, "(devel)" when unknown.
@@ -148,8 +196,13 @@ func moduleVersion() string {
 
 // ServeHTTP serves MCP's streamable HTTP transport: POST for the client's messages (the
 // answers stream as server-sent events, progress notifications first), GET for the
-// client's event stream, DELETE to end an MCP session. Requests without the bearer token
-// ([WithToken]) get 401, and after [Server.Close] 503. Calls last as long as their
+// client's event stream, DELETE to end an MCP session. It answers, before anything runs:
+// 503 after [Server.Close]; 403 Forbidden to a request a web page may have sent (an Origin
+// that [WithAllowedOrigins] does not allow, a Sec-Fetch-Site of another site, or a Host
+// that is not a loopback name on a loopback connection); 401 without the bearer token
+// ([WithToken]); 503 with "Retry-After: 1" to a new session beyond [WithMaxSessions]
+// when no session can be closed for it. An idle session is closed after
+// [WithSessionTimeout]; a request naming it gets 404. Calls last as long as their
 // handlers, up to the 600 s of a blocking output: mount the handler on an [http.Server]
 // without a WriteTimeout, or a longer one.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -160,13 +213,52 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, ErrClosed.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	if why := s.refuseBrowser(r); why != "" {
+		s.cfg.logger.Warn("mcpserver: request refused", "reason", why, "origin", cut(r.Header.Get("Origin")),
+			"host", cut(r.Host), "remote", r.RemoteAddr)
+		http.Error(w, "Forbidden: "+why, http.StatusForbidden)
+		return
+	}
 	if s.cfg.tokenSet && !s.authorized(r) {
 		s.cfg.logger.Warn("mcpserver: request without a valid bearer token", "method", r.Method, "remote", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncagents"`)
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return
 	}
+	if id := r.Header.Get(sessionIDHeader); id != "" {
+		defer s.mcpSes.use(id)()
+		s.http.ServeHTTP(w, r)
+		return
+	}
+	if r.Method != http.MethodPost { // the SDK refuses it: no session is created
+		s.http.ServeHTTP(w, r)
+		return
+	}
+	if !s.track(&s.creating) {
+		http.Error(w, ErrClosed.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer s.creating.Done()
+	done, ok := s.mcpSes.admit()
+	if !ok {
+		s.cfg.logger.Warn("mcpserver: new MCP session refused: every session is in use", "max", s.cfg.maxSessions, "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "mcpserver: too many MCP sessions in use", http.StatusServiceUnavailable)
+		return
+	}
+	defer func() { done(w.Header().Get(sessionIDHeader)) }()
 	s.http.ServeHTTP(w, r)
+}
+
+// track adds one to wg unless the Server is closed: Close waits for wg after it set closed.
+func (s *Server) track(wg *sync.WaitGroup) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	wg.Add(1)
+	return true
 }
 
 // authorized reports whether r carries the bearer token. Both sides are hashed first, so
@@ -190,22 +282,13 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		s.stop()
 		s.calls.Wait()
+		s.creating.Wait() // then no session is created any more
 		for ss := range s.mcp.Sessions() {
 			_ = ss.Close()
 		}
+		s.workers.Wait()
 	})
 	return nil
-}
-
-// begin registers a call; it fails after Close.
-func (s *Server) begin() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.calls.Add(1)
-	return true
 }
 
 // toolHandler is the MCP handler of the tool named name ("<prefix>_<tool>").
@@ -243,7 +326,7 @@ func (s *Server) call(ctx context.Context, name string, raw json.RawMessage, met
 	if !ok {
 		return "", fmt.Errorf("mcpserver: unknown tool %q", name)
 	}
-	if !s.begin() {
+	if !s.track(&s.calls) {
 		return "", ErrClosed
 	}
 	defer s.calls.Done()

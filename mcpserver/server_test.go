@@ -9,7 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -115,73 +118,132 @@ func TestCallerBehindQueuedPrompts(t *testing.T) {
 	assertParent(t, b, sid, part.MessageID, "build")
 }
 
-// B-1: _caller from the plugin is checked against the session's running tool part and
-// removed before the handler's strict decoding.
+// B-1: _caller from the plugin, signed with the token, is checked against the session's
+// running tool part and removed before the handler's strict decoding.
 func TestPluginCaller(t *testing.T) {
 	t.Parallel()
 	b := newBridge(t)
-	args := `{"description":"scan","prompt":"plugin caller","agent":"general"}`
-	sid, part := b.running(t, "asyncagents_task", args)
+	sid := b.session(t)
+	part, args := b.pluginCall(t, sid, "asyncagents_task", `{"description":"scan","prompt":"plugin caller","agent":"general"}`)
 	cs := b.connect(t, nil)
-	withCaller := `{"description":"scan","prompt":"plugin caller","agent":"general","_caller":{"sessionID":"` + sid +
-		`","callID":"` + part.CallID + `"}}`
-	text, isErr := result(t, cs, &mcp.CallToolParams{Name: "task", Arguments: raw(withCaller)})
+	text, isErr := result(t, cs, &mcp.CallToolParams{Name: "task", Arguments: raw(args)})
 	if isErr {
 		t.Fatalf("task: %s", text)
 	}
 	assertParent(t, b, sid, part.MessageID, "build")
-	if got := b.logs.find("mcpserver: caller"); len(got) != 1 || got[0]["mode"] != "plugin" {
+	if got := b.logs.find("mcpserver: caller"); len(got) != 1 || got[0]["mode"] != "plugin" || got[0]["callID"] != part.CallID {
 		t.Fatalf("caller logs = %v", got)
 	}
 	// The call id is taken now: the same _caller again is refused.
-	text, isErr = result(t, cs, &mcp.CallToolParams{Name: "task", Arguments: raw(withCaller)})
-	if !isErr || !strings.Contains(text, mcpserver.ErrUnknownCaller.Error()) {
+	text, isErr = result(t, cs, &mcp.CallToolParams{Name: "task", Arguments: raw(args)})
+	if !isErr || !strings.Contains(text, mcpserver.ErrUnknownCaller.Error()) || !strings.Contains(text, "being answered") {
 		t.Fatalf("replayed _caller: %q (error %t)", text, isErr)
 	}
 }
 
-// B-1: a _caller that does not name a running call of the same tool with the same input —
-// another session's, a finished one, made up — is refused, and nothing runs.
+// B-1: a _caller that is not the plugin's — unsigned, signed with another key, naming a
+// call of another tool, with other arguments, finished, malformed, huge — never names the
+// caller; nothing runs for the session it names, and the errors quote no more than a
+// short cut of what was sent.
 func TestForgedCallerRefused(t *testing.T) {
 	t.Parallel()
 	b := newBridge(t, mcpserver.WithLookupWait(100*time.Millisecond))
-	victim, part := b.running(t, "asyncagents_list", `{}`)
-	other, otherPart := b.running(t, "asyncagents_list", `{"status":"running"}`)
+	victim := b.session(t)
+	part, _ := b.pluginCall(t, victim, "asyncagents_list", `{}`)
 	cs := b.connect(t, nil)
-	call := func(caller string) string {
-		text, isErr := result(t, cs, &mcp.CallToolParams{Name: "list", Arguments: raw(`{"status":"completed","_caller":` + caller + `}`)})
-		if !isErr {
-			t.Fatalf("_caller %s accepted: %s", caller, text)
+	huge := strings.Repeat("x", 1<<20)
+	call := func(tool, args, want string) {
+		t.Helper()
+		text, isErr := result(t, cs, &mcp.CallToolParams{Name: tool, Arguments: raw(args)})
+		if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) || !strings.Contains(text, want) || len(text) > 400 {
+			t.Errorf("%s %s: %q (error %t), want %q", tool, cut(args), cut(text), isErr, want)
 		}
-		return text
 	}
-	for _, c := range []string{
-		`{"sessionID":"` + victim + `","callID":"` + part.CallID + `"}`,              // other arguments
-		`{"sessionID":"` + other + `","callID":"` + otherPart.CallID + `"}`,          // other arguments too
-		`{"sessionID":"` + victim + `","callID":"call_made_up"}`,                     // no such call
-		`{"sessionID":"ses_doesnotexist","callID":"` + part.CallID + `"}`,            // no such session
-		`{"sessionID":"` + other + `","callID":"` + part.CallID + `"}`,               // the call is in another session
-		`{"sessionID":"` + victim + `"}`, `"ses_x"`, `null`, `[]`, `{"sessionID":1}`, // malformed
+	caller := func(c map[string]any) string {
+		b, _ := json.Marshal(map[string]any{"_caller": c})
+		return string(b)
+	}
+	id := part.CallID
+	for _, tc := range []struct{ args, want string }{
+		{withCaller(`{}`, victim, id, ""), "not signed"},
+		{withCaller(`{}`, victim, id, "another key"), "bad signature"},
+		{caller(map[string]any{"sessionID": victim, "callID": id, "sig": strings.Repeat("0", 64)}), "bad signature"},
+		{withCaller(`{"status":"completed"}`, victim, id, testToken), "has other arguments"},
+		{withCaller(`{}`, victim, "call_made_up", testToken), "is not a running call"},
+		{withCaller(`{}`, "ses_doesnotexist", id, testToken), "does not exist"},
+		{caller(map[string]any{"sessionID": huge, "callID": id}), "sessionID is not a session id"},
+		{caller(map[string]any{"sessionID": "../../config", "callID": id}), "sessionID is not a session id"},
+		{caller(map[string]any{"sessionID": "ses_" + strings.Repeat("a", 65), "callID": id}), "sessionID is not a session id"},
+		{caller(map[string]any{"sessionID": victim, "callID": huge}), "callID is not a call id"},
+		{caller(map[string]any{"sessionID": victim, "callID": "a/b"}), "callID is not a call id"},
+		{caller(map[string]any{"sessionID": victim}), "callID is not a call id"},
+		{`{"_caller":"ses_x"}`, "not {"}, {`{"_caller":null}`, "sessionID is not"}, {`{"_caller":[]}`, "not {"},
+		{`{"_caller":{"sessionID":1}}`, "not {"},
 	} {
-		if text := call(c); !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) {
-			t.Errorf("_caller %s: %q", c, text)
-		}
+		call("list", tc.args, tc.want)
 	}
-	// A call of another tool, right session and id.
-	text, isErr := result(t, cs, &mcp.CallToolParams{Name: "clear", Arguments: raw(`{"_caller":{"sessionID":"` + victim +
-		`","callID":"` + part.CallID + `"}}`)})
-	if !isErr || !strings.Contains(text, "another tool") {
-		t.Errorf("other tool: %q", text)
+	call("clear", withCaller(`{}`, victim, id, testToken), "another tool")
+	if logs := b.logs.text(); len(logs) > 20000 {
+		t.Errorf("%d bytes of logs", len(logs))
 	}
-	// A finished call.
 	_ = b.fake.Abort(ctxT(t, 5*time.Second), victim)
-	text, isErr = result(t, cs, &mcp.CallToolParams{Name: "list", Arguments: raw(`{"_caller":{"sessionID":"` + victim +
-		`","callID":"` + part.CallID + `"}}`)})
-	if !isErr || !strings.Contains(text, "not running") {
-		t.Errorf("finished call: %q", text)
-	}
+	call("list", withCaller(`{}`, victim, id, testToken), "not running")
 	if got := b.logs.find("mcpserver: caller"); len(got) != 0 {
 		t.Fatalf("resolved %v", got)
+	}
+}
+
+func cut(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}
+
+// B-1 (issue 16a): sessions A and B run the same call with the same arguments; B's model,
+// without the plugin, adds a _caller naming A's call. With a token, B's _caller is not
+// signed: the call is resolved as any other, by the stored arguments, which are B's own
+// (its _caller included) — B's call runs for B, A's for A. Without a token, B's _caller
+// names a call whose stored arguments differ (A's has none): refused.
+func TestForgedCallerOfIdenticalCall(t *testing.T) {
+	t.Parallel()
+	for _, token := range []string{testToken, ""} {
+		t.Run(fmt.Sprintf("token=%t", token != ""), func(t *testing.T) {
+			t.Parallel()
+			b := newBridgeWith(t, token, mcpserver.WithLookupWait(300*time.Millisecond))
+			a, other := b.session(t), b.session(t)
+			tk, err := b.m.Launch(ctxT(t, 10*time.Second), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: a},
+				Description: "A's own", Prompt: "SLEEP:30", Agent: "general"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := fmt.Sprintf(`{"task_id":%q,"block":true,"timeout":0.3}`, tk.ID)
+			partA := b.callAs(t, a, "asyncagents_output", args)
+			forged := withCaller(args, a, partA.CallID, "")
+			partB := b.callAs(t, other, "asyncagents_output", forged)
+			cs := b.connect(t, nil)
+
+			text, isErr := result(t, cs, &mcp.CallToolParams{Name: "output", Arguments: raw(forged)})
+			if token != "" {
+				if !isErr || !strings.Contains(text, asyncagents.ErrTaskNotFound.Error()) {
+					t.Fatalf("B's call: %q (error %t), want B's own answer: task not found", text, isErr)
+				}
+				if got := b.logs.find("mcpserver: caller"); len(got) != 1 || got[0]["session"] != other || got[0]["callID"] != partB.CallID {
+					t.Fatalf("B's call resolved as %v", got)
+				}
+			} else if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) || !strings.Contains(text, "without _caller") {
+				t.Fatalf("B's call: %q (error %t), want refused", text, isErr)
+			}
+			text, isErr = result(t, cs, &mcp.CallToolParams{Name: "output", Arguments: raw(args)})
+			if isErr || !strings.Contains(text, "A's own") {
+				t.Fatalf("A's call: %q (error %t)", text, isErr)
+			}
+			for _, c := range b.logs.find("mcpserver: caller") {
+				if c["session"] == a && c["callID"] != partA.CallID {
+					t.Fatalf("resolved as A: %v", c)
+				}
+			}
+		})
 	}
 }
 
@@ -234,6 +296,14 @@ func TestMetaSessionID(t *testing.T) {
 	if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) {
 		t.Fatalf("unknown meta session: %q", text)
 	}
+	// Not a session id: refused before it is used, and not repeated.
+	for _, sid := range []string{"../../config", "ses_" + strings.Repeat("a", 65), strings.Repeat("x", 1<<20), "ses_a/b"} {
+		text, isErr = result(t, b.connect(t, nil), &mcp.CallToolParams{Name: "list", Arguments: raw(`{}`),
+			Meta: mcp.Meta{"sessionID": sid}})
+		if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) || !strings.Contains(text, "not a session id") || len(text) > 200 {
+			t.Fatalf("meta session %s: %q", cut(sid), cut(text))
+		}
+	}
 }
 
 // L: a handler's error is an error result with its text; bad arguments never reach the
@@ -241,10 +311,9 @@ func TestMetaSessionID(t *testing.T) {
 func TestHandlerErrors(t *testing.T) {
 	t.Parallel()
 	b := newBridge(t)
-	sid, part := b.running(t, "asyncagents_output", `{"task_id":"ses_nope"}`)
+	_, args := b.pluginCall(t, b.session(t), "asyncagents_output", `{"task_id":"ses_nope"}`)
 	cs := b.connect(t, nil)
-	text, isErr := result(t, cs, &mcp.CallToolParams{Name: "output", Arguments: raw(`{"task_id":"ses_nope","_caller":{"sessionID":"` +
-		sid + `","callID":"` + part.CallID + `"}}`)})
+	text, isErr := result(t, cs, &mcp.CallToolParams{Name: "output", Arguments: raw(args)})
 	if !isErr || !strings.Contains(text, asyncagents.ErrTaskNotFound.Error()) {
 		t.Fatalf("unknown task: %q (error %t)", text, isErr)
 	}
@@ -494,6 +563,14 @@ func TestNewErrors(t *testing.T) {
 		"no mode":        {mcpserver.WithCallerModes()},
 		"unknown mode":   {mcpserver.WithCallerModes(mcpserver.CallerMode(9))},
 		"unknown mode 0": {mcpserver.WithCallerModes(0)},
+		"origin host":    {mcpserver.WithAllowedOrigins("evil.example")},
+		"origin path":    {mcpserver.WithAllowedOrigins("http://localhost:1/x")},
+		"origin scheme":  {mcpserver.WithAllowedOrigins("ftp://localhost")},
+		"origin user":    {mcpserver.WithAllowedOrigins("http://u@localhost")},
+		"origin null":    {mcpserver.WithAllowedOrigins("null")},
+		"timeout 0":      {mcpserver.WithSessionTimeout(0)},
+		"timeout 999ms":  {mcpserver.WithSessionTimeout(999 * time.Millisecond)},
+		"max sessions 0": {mcpserver.WithMaxSessions(0)},
 	} {
 		if _, err := mcpserver.New(m, fake, opts...); err == nil {
 			t.Errorf("%s: no error", name)
@@ -505,7 +582,9 @@ func TestNewErrors(t *testing.T) {
 	if _, err := mcpserver.New(m, nil); err == nil {
 		t.Error("nil client: no error")
 	}
-	s, err := mcpserver.New(m, fake, mcpserver.WithDirectories("", "/elsewhere"), mcpserver.WithLogger(slog.Default()))
+	s, err := mcpserver.New(m, fake, mcpserver.WithDirectories("", "/elsewhere"), mcpserver.WithLogger(slog.Default()),
+		mcpserver.WithAllowedOrigins("http://localhost:6274", "https://x.example/"), mcpserver.WithAllowedOrigins(),
+		mcpserver.WithSessionTimeout(time.Second), mcpserver.WithMaxSessions(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,12 +592,25 @@ func TestNewErrors(t *testing.T) {
 }
 
 // B-3: the plugin adds {sessionID, callID} in place to the arguments of the prefix's tools,
-// and leaves other tools alone. Runs the file in Node.js when it is installed.
+// and leaves other tools alone; with a token file it signs them with the token (as the
+// bridge checks), and removes _caller when it cannot read the file. Runs the file in
+// Node.js when it is installed (OpenCode runs it in Bun).
 func TestPluginScript(t *testing.T) {
 	t.Parallel()
 	src := mcpserver.Plugin("my-tools")
 	if strings.Contains(src, "import ") || strings.Contains(src, "require(") {
 		t.Fatalf("the plugin imports something:\n%s", src)
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("  tok-123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signing := mcpserver.Plugin("my-tools", mcpserver.WithTokenFile(tokenFile))
+	for _, imp := range regexp.MustCompile(`(?m)^import .* from "([^"]+)";$`).FindAllStringSubmatch(signing, -1) {
+		if imp[1] != "node:fs" && imp[1] != "node:crypto" {
+			t.Fatalf("the signing plugin imports %s", imp[1])
+		}
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -536,15 +628,32 @@ const none = { args: undefined };
 await hooks["tool.execute.before"]({ tool: "my-tools_list", sessionID: "ses_1", callID: "c" }, none);
 out.push(none.args ?? null);
 console.log(JSON.stringify(out));`
-	got, err := exec.CommandContext(ctxT(t, 30*time.Second), node, "--input-type=module", "-e", script, src).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, got)
+	run := func(src string) string {
+		t.Helper()
+		got, err := exec.CommandContext(ctxT(t, 30*time.Second), node, "--input-type=module", "-e", script, src).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, got)
+		}
+		return strings.TrimSpace(string(got))
 	}
+	others := `{"a":1,"_caller":"forged"},{"a":1,"_caller":"forged"},{"a":1,"_caller":"forged"},null]`
 	want := `[{"a":1,"_caller":{"sessionID":"ses_1","callID":"call_my-tools_list"}},` +
-		`{"a":1,"_caller":{"sessionID":"ses_1","callID":"call_my-tools_task"}},` +
-		`{"a":1,"_caller":"forged"},{"a":1,"_caller":"forged"},{"a":1,"_caller":"forged"},null]`
-	if strings.TrimSpace(string(got)) != want {
+		`{"a":1,"_caller":{"sessionID":"ses_1","callID":"call_my-tools_task"}},` + others
+	if got := run(src); got != want {
 		t.Fatalf("plugin:\n got %s\nwant %s", got, want)
+	}
+	want = fmt.Sprintf(`[{"a":1,"_caller":{"sessionID":"ses_1","callID":"call_my-tools_list","sig":%q}},`+
+		`{"a":1,"_caller":{"sessionID":"ses_1","callID":"call_my-tools_task","sig":%q}},`,
+		sign("tok-123", "ses_1", "call_my-tools_list"), sign("tok-123", "ses_1", "call_my-tools_task")) + others
+	if got := run(signing); got != want {
+		t.Fatalf("signing plugin:\n got %s\nwant %s", got, want)
+	}
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	want = `[{"a":1},{"a":1},` + others
+	if got := run(signing); got != want {
+		t.Fatalf("signing plugin without its token file:\n got %s\nwant %s", got, want)
 	}
 }
 
