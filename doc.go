@@ -19,7 +19,10 @@
 //
 // # Tasks
 //
-// A [Task] is identified by its child session's id ("ses_…"). Operations made for a caller
+// A [Task] is identified by its child session's id ("ses_…"). The child session is created
+// in the parent session's directory, so the task works in the parent's project (its tools,
+// and the working directory its model is told) whatever directory the server was started in
+// and however many projects it serves. Operations made for a caller
 // accept the full id, the id without "ses_", or a unique prefix of at least 4 characters
 // after "ses_", and only ever see the caller's own tasks. Lists show each task's display id:
 // the shortest unique prefix with at least 8 characters after "ses_".
@@ -53,13 +56,13 @@
 //	operation            errors
 //	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
 //	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent,
-//	                     ErrNestingDepth, ErrClosed;
+//	                     ErrNestingDepth, ErrTaskLimit, ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()
 //	Resume               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrTaskBusy,
-//	                     ErrSessionExpired, ErrClosed; a failure to send the follow-up leaves
-//	                     the task in StatusError
+//	                     ErrSessionExpired, ErrTaskLimit, ErrClosed; a follow-up the server
+//	                     refuses leaves the task in StatusError
 //	Cancel               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotRunning, ErrClosed
 //	List                 ErrInvalidInput (unknown status, empty caller), ErrClosed
 //	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
@@ -76,11 +79,16 @@
 // its parent: events that are missed (a dropped stream, an early or duplicate
 // session.idle) are made up for by the status poll, which keeps reading an idle task's
 // latest messages, less and less often, until its run is decided; a run the server left
-// unfinished (a restart or a crash mid-step) ends in StatusError as interrupted. The
-// notification of each run end is kept in the task's record (Task.Notifications) until
-// delivered, retried per parent with backoff for [WithNotifyHorizon], and checked for by its
-// message id before a retry so that a lost answer does not post it twice. With a
-// [FileStore] all of this survives a restart of the host.
+// unfinished (a restart or a crash mid-step) ends in StatusError as interrupted. A run's
+// prompt carries a message id the Manager chose (Task.PromptID): when the answer to sending
+// it is lost, the run goes on as the server runs it, and a prompt the server turns out not
+// to have (after a minute with the session idle) is sent again under the same id, which
+// OpenCode never answers twice. The notification of each run end is kept in the task's
+// record (Task.Notifications) until delivered, retried per parent with backoff for
+// [WithNotifyHorizon], and checked for by its message id before a retry so that a lost answer
+// does not post it twice; one posted with prompt_async counts once the server shows its
+// message, and is posted again when a minute later it does not. With a [FileStore] all of
+// this survives a restart of the host.
 //
 // # Goroutines and panics
 //

@@ -379,20 +379,27 @@ func parseModel(s string) (*opencode.Model, error) {
 //
 // Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
 // [ErrInvalidInput] (an empty description, prompt, agent or caller session, a malformed
-// model, or a caller session the server does not know), [ErrUnknownAgent] (the message names
-// the known agents), [ErrClosed]. Then it creates the child session (POST /session with the
-// caller's session as parentID, the title "Background: <description>" or
+// model, or a caller session the server does not know), [ErrNestingDepth], [ErrTaskLimit]
+// (the caller has [WithMaxActivePerParent] active tasks), [ErrUnknownAgent] (the message
+// names the known agents), [ErrClosed]. It reads the caller session (GET /session/{id}) and
+// checks the agent against its directory's (GET /agent?directory=). Then it creates the
+// child session in the caller's directory (POST /session?directory=, with the caller's
+// session as parentID, the title "Background: <description>" or
 // "Background (forked): <description>", and a rule denying the LLM tools at the deepest
 // level of [WithNestingDepth]); for a fork it reads the caller's messages newest first
 // (GET /session/{id}/message?limit=…&before=…), only as far back as the child's context
-// reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline and sends the result as a synthetic
-// part without reply (POST /session/{id}/message with noReply); it records the task and sends
-// the prompt (POST /session/{id}/prompt_async).
+// reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline
+// and sends the result as a synthetic part without reply (POST /session/{id}/message with
+// noReply); it records the task and sends the prompt (POST /session/{id}/prompt_async), each
+// with a message id of its own choosing.
 //
-// A failure after the child session exists leaves the task recorded in [StatusError] with
-// the reason, and Launch returns that task with the error (its ID is set); the parent is
-// notified as for any failed task. Errors of the server are returned wrapped (see package
-// opencode).
+// A prompt whose answer is lost (the connection broke after the request may have reached
+// the server) is not a failure: Launch returns the task running, and the Manager finds out
+// from the session whether the prompt arrived (see the package documentation). A failure
+// the server answers with, after the child session exists, leaves the task recorded in
+// [StatusError] with the reason, and Launch returns that task with the error (its ID is set);
+// the parent is notified as for any failed task. Errors of the server are returned wrapped
+// (see package opencode).
 func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if in.Fork && in.Resume != "" {
 		return Task{}, fmt.Errorf("%w: use fork to start a new task with the parent's context, resume to continue an existing task", ErrForkResumeConflict)
