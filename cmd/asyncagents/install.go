@@ -24,8 +24,8 @@ to guess when two sessions make the same call at once.
 The entry reads the token from -token-file ({file:…}), which is created when missing, so
 opencode.json holds no secret (on Unix the file must be yours, mode 0600, in directories
 others cannot write, as ssh asks of a private key). -prefix names the entry, the tools and
-the plugin file: 1 to 40 letters, digits, _ or -. An existing entry or plugin that differs is left alone
-unless -force. -dry-run prints what would change and writes nothing.
+the plugin file: 1 to 40 letters, digits, _ or -. An existing entry or plugin that differs
+is left alone unless -force. -dry-run prints what would change and writes nothing.
 Restart OpenCode afterwards (or run asyncagents serve -dir <dir>, which reconnects it).`
 
 type installConfig struct {

@@ -152,8 +152,9 @@ func parse(fs *flag.FlagSet, args []string, help string) error {
 	return nil
 }
 
-// prefixRE and maxPrefix are the rule of asyncagents.WithToolPrefix, which the package
-// checks only in asyncagents.New and exports no check of: 1 to 40 letters, digits, _ or -.
+// prefixRE is the rule of asyncagents.WithToolPrefix, which the package checks only in
+// asyncagents.New and exports no check of: 1 to 40 letters, digits, _ or -.
+// TestPrefixChecked keeps the two equal.
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
 
 // checkPrefix returns errUsage, after saying why, unless p is a tool prefix that

@@ -3,9 +3,7 @@
 package main
 
 import (
-	"errors"
 	"net"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,18 +11,13 @@ import (
 // peerUID returns the uid of the process at the other end of the Unix socket c
 // (LOCAL_PEERCRED: the peer's credentials when it connected or listened).
 func peerUID(c net.Conn) (int, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return -1, errors.New("not a socket")
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	var cred *unix.Xucred
-	cerr := raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptXucred(int(fd), unix.SOL_LOCAL, unix.LOCAL_PEERCRED) })
-	if err = errors.Join(cerr, err); err != nil {
-		return -1, err
-	}
-	return int(cred.Uid), nil
+	uid := -1
+	err := sockControl(c, func(fd int) error {
+		cred, err := unix.GetsockoptXucred(fd, unix.SOL_LOCAL, unix.LOCAL_PEERCRED)
+		if err == nil {
+			uid = int(cred.Uid)
+		}
+		return err
+	})
+	return uid, err
 }

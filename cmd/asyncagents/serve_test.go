@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -235,6 +236,24 @@ func TestServeRegistersAndServes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("status API over TCP with Authorization %.10q…: %s; want 401", auth, resp.Status)
+		}
+	}
+
+	// The status page opens with the link serve prints, whose token is the page's own.
+	page := regexp.MustCompile(`status page: +(http://\S+/\?token=(\w+))`).FindStringSubmatch(s.out.String())
+	if page == nil || page[2] == token {
+		t.Fatalf("serve printed no status page link of its own:\n%s", s.out)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	for _, u := range []string{page[1], "http://" + s.addr + "/api/tasks"} {
+		resp, err := browser.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", u, resp.Status)
 		}
 	}
 

@@ -131,3 +131,20 @@ func socketAbsent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial" && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED))
 }
+
+// sockControl runs f on the file descriptor of the socket c.
+func sockControl(c net.Conn, f func(fd int) error) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := raw.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
