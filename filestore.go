@@ -93,7 +93,19 @@ const compactMinBytes = 1 << 20
 // 1 MiB and twice the live records, plus one record. NewFileStore reads and decodes the
 // whole file once; the store holds every task in memory, decoded and as JSON.
 //
-// Files are created with mode 0o600 and missing directories with 0o700.
+// # Permissions
+//
+// Files are created with mode 0o600 and missing directories with 0o700. On Unix, an
+// existing file or lock file that its group or others may read or write (a store made by
+// hand, or copied with mode 0o644) is changed to 0o600 when NewFileStore opens it; when
+// that chmod fails, NewFileStore fails. Existing directories are left as they are. Windows
+// has no mode bits to tighten: the file's ACLs are left as they are.
+//
+// # Reading without a lock
+//
+// [ReadFileStore] reads a FileStore's file as NewFileStore does, without creating, locking
+// or changing anything: for a program that lists the tasks while another process may have
+// the store open.
 type FileStore struct {
 	path string // absolute
 
@@ -123,7 +135,8 @@ type fileRecord struct {
 
 // NewFileStore opens the task file at path, creating it (and its missing directories) when
 // it does not exist, and locks it until [FileStore.Close]. See [FileStore] for the format.
-// Errors: [ErrStoreLocked] when another FileStore has path open, [ErrStoreCorrupt] when the
+// On Unix it changes an existing file or lock file that group or others may access to mode
+// 0o600 (see Permissions at [FileStore]). Errors: [ErrStoreLocked] when another FileStore has path open, [ErrStoreCorrupt] when the
 // file does not read (naming the line), [ErrInvalidInput] for an empty path, an error
 // matching [errors.ErrUnsupported] on platforms without file locks, and the errors of the
 // file system.
@@ -139,6 +152,11 @@ func NewFileStore(path string) (*FileStore, error) {
 		return nil, fmt.Errorf("asyncagents: file store %s: %w", abs, err)
 	}
 	lock, err := lockFile(abs + ".lock")
+	if err == nil {
+		if err = tightenMode(lock); err != nil {
+			_ = unlockFile(lock)
+		}
+	}
 	if errors.Is(err, errLocked) {
 		return nil, fmt.Errorf("%w: %s is open in another FileStore, in this process or another (lock file %s)",
 			ErrStoreLocked, abs, abs+".lock")
@@ -169,8 +187,45 @@ func (s *FileStore) open() error {
 	if err := s.replay(data); err != nil {
 		return err
 	}
-	s.file, err = os.OpenFile(s.path, os.O_WRONLY, 0)
-	return s.wrap(err)
+	if s.file, err = os.OpenFile(s.path, os.O_WRONLY, 0); err != nil {
+		return s.wrap(err)
+	}
+	return s.wrap(tightenMode(s.file))
+}
+
+// ReadFileStore returns the tasks in the FileStore file at path, sorted by id, as a
+// [FileStore] opened on it would Load them, without creating, locking or changing any file:
+// no store, lock file or directory is made, and a FileStore that has path open meanwhile is
+// not disturbed. It reads the file once (the whole file, into memory).
+//
+// Errors: [ErrInvalidInput] for an empty path; an error matching [fs.ErrNotExist] when there
+// is no file at path (no store yet: nothing to list); [ErrStoreCorrupt] for a file that does
+// not read, as NewFileStore reports it; ctx's error when ctx has ended before the read. A
+// FileStore appends each change in one write, so a reader should see whole records; on file
+// systems where it catches a write half done, the half line reads as ErrStoreCorrupt
+// ("incomplete") and a second read succeeds.
+func ReadFileStore(ctx context.Context, path string) ([]Task, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty store path", ErrInvalidInput)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("asyncagents: file store %s: %w", path, err)
+	}
+	s := &FileStore{path: abs, tasks: map[string]fileEntry{}}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	if len(data) > 0 {
+		if err := s.replay(data); err != nil {
+			return nil, err
+		}
+	}
+	return s.sorted(), nil
 }
 
 // replay applies the lines of data to s.tasks.
@@ -259,12 +314,17 @@ func (s *FileStore) Load(context.Context) ([]Task, error) {
 	if s.closed {
 		return nil, s.wrap(fs.ErrClosed)
 	}
+	return s.sorted(), nil
+}
+
+// sorted returns copies of the tasks, sorted by id.
+func (s *FileStore) sorted() []Task {
 	out := make([]Task, 0, len(s.tasks))
 	for _, id := range slices.Sorted(maps.Keys(s.tasks)) {
 		e := s.tasks[id]
 		out = append(out, e.task.clone())
 	}
-	return out, nil
+	return out
 }
 
 // Save appends a record of t to the file and fsyncs it; see [FileStore] for when it also

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -397,6 +398,147 @@ func TestFileStoreEmptyFile(t *testing.T) {
 func TestFileStoreEmptyPath(t *testing.T) {
 	if _, err := asyncagents.NewFileStore(""); !errors.Is(err, asyncagents.ErrInvalidInput) {
 		t.Errorf("NewFileStore(\"\") = %v; want ErrInvalidInput", err)
+	}
+}
+
+// S-4: a store file or lock file that others may read (made by hand, or by an older
+// version) is changed to 0o600 when a FileStore opens it, as the FileStore doc says.
+func TestFileStoreTightensModes(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no mode bits on Windows")
+	}
+	path := filepath.Join(t.TempDir(), "tasks.jsonl")
+	writeFile(t, path, fileHeader+saveLine(t, storetest.FullTask("ses_a", 1)))
+	writeFile(t, path+".lock", "")
+	for _, p := range []string{path, path + ".lock"} {
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openFileStore(t, path)
+	for _, p := range []string{path, path + ".lock"} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s after NewFileStore: %v, %v; want mode 0600", p, fi.Mode(), err)
+		}
+	}
+	if got := loadTasks(t, s); len(got) != 1 {
+		t.Errorf("tasks after tightening: %d; want 1", len(got))
+	}
+}
+
+// readStore is a Store whose Load reads the file with ReadFileStore while a FileStore
+// writes it: the conformance checks then say that ReadFileStore reads what a FileStore
+// keeps. Its methods take turns, so a Load never meets a write half done.
+type readStore struct {
+	mu   sync.Mutex
+	path string
+	fs   *asyncagents.FileStore
+}
+
+func (r *readStore) Load(ctx context.Context) ([]asyncagents.Task, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return asyncagents.ReadFileStore(ctx, r.path)
+}
+
+func (r *readStore) Save(ctx context.Context, t asyncagents.Task) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fs.Save(ctx, t)
+}
+
+func (r *readStore) Delete(ctx context.Context, ids ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fs.Delete(ctx, ids...)
+}
+
+func (r *readStore) Close() error { return r.fs.Close() }
+
+func TestReadFileStoreConformance(t *testing.T) {
+	dir := t.TempDir()
+	storetest.Run(t, func(t *testing.T, key string) asyncagents.Store {
+		path := filepath.Join(dir, key+".jsonl")
+		s, err := asyncagents.NewFileStore(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &readStore{path: path, fs: s}
+	})
+}
+
+// ReadFileStore creates, locks and changes nothing: not for a missing store, not beside a
+// FileStore that has the file open (which goes on working), not the mode of a file that a
+// FileStore would tighten.
+func TestReadFileStoreChangesNothing(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "state", "tasks.jsonl")
+	if got, err := asyncagents.ReadFileStore(ctx, missing); !errors.Is(err, fs.ErrNotExist) || got != nil {
+		t.Errorf("ReadFileStore of a missing file = %v, %v; want fs.ErrNotExist", got, err)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFileStore of a missing file made its directory: %v", err)
+	}
+
+	path := filepath.Join(dir, "tasks.jsonl")
+	a, b := storetest.FullTask("ses_a", 1), storetest.FullTask("ses_b", 2)
+	writeFile(t, path, fileHeader+saveLine(t, b)+saveLine(t, a))
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := asyncagents.ReadFileStore(ctx, path)
+	if diff := cmp.Diff([]asyncagents.Task{a, b}, got, sameTasks); err != nil || diff != "" {
+		t.Errorf("ReadFileStore: %v (-want +got):\n%s", err, diff)
+	}
+	if len(got) == 0 || got[0].ID != "ses_a" {
+		t.Errorf("ReadFileStore returned %s first; want the tasks sorted by id", got[0].ID)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("files after ReadFileStore: %d; want the store alone (no lock file)", len(entries))
+	}
+	if fi, _ := os.Stat(path); runtime.GOOS != "windows" && fi.Mode().Perm() != 0o644 {
+		t.Errorf("ReadFileStore changed the mode to %v", fi.Mode())
+	}
+
+	s := openFileStore(t, path)
+	if got, err := asyncagents.ReadFileStore(ctx, path); err != nil || len(got) != 2 {
+		t.Errorf("ReadFileStore while a FileStore has the file: %d tasks, %v", len(got), err)
+	}
+	c := storetest.FullTask("ses_c", 3)
+	if err := s.Save(ctx, c); err != nil {
+		t.Errorf("Save after ReadFileStore: %v", err)
+	}
+	if got, err := asyncagents.ReadFileStore(ctx, path); err != nil || len(got) != 3 {
+		t.Errorf("ReadFileStore after a Save: %d tasks, %v", len(got), err)
+	}
+}
+
+func TestReadFileStoreErrors(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.jsonl")
+	writeFile(t, corrupt, fileHeader+"{not json\n")
+	empty := filepath.Join(dir, "empty.jsonl")
+	writeFile(t, empty, "")
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		path string
+		want error
+	}{
+		{"empty path", t.Context(), "", asyncagents.ErrInvalidInput},
+		{"corrupt", t.Context(), corrupt, asyncagents.ErrStoreCorrupt},
+		{"cancelled", cancelled, empty, context.Canceled},
+	} {
+		if _, err := asyncagents.ReadFileStore(tc.ctx, tc.path); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v; want %v", tc.name, err, tc.want)
+		}
+	}
+	if got, err := asyncagents.ReadFileStore(t.Context(), empty); err != nil || len(got) != 0 {
+		t.Errorf("empty file: %v, %v; want no tasks", got, err)
 	}
 }
 

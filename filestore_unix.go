@@ -4,6 +4,7 @@ package asyncagents
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 
@@ -58,4 +59,18 @@ func syncDir(dir string) error {
 		err = nil
 	}
 	return errors.Join(err, d.Close())
+}
+
+// tightenMode changes f to mode 0o600 when its group or others have any permission on it.
+func tightenMode(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := f.Chmod(0o600); err != nil {
+			return fmt.Errorf("%s has mode %04o (others may read it) and chmod 600 failed: %w", f.Name(), perm, err)
+		}
+	}
+	return nil
 }

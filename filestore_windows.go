@@ -52,3 +52,6 @@ func unlockFile(f *os.File) error {
 // syncDir does nothing: Windows cannot open a directory to flush it, and a rename is
 // made durable by the file system's journal.
 func syncDir(string) error { return nil }
+
+// tightenMode does nothing: there are no mode bits to tighten here.
+func tightenMode(*os.File) error { return nil }

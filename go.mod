@@ -11,7 +11,10 @@ require (
 	golang.org/x/sys v0.41.0
 )
 
-require golang.org/x/sync v0.20.0
+require (
+	golang.org/x/net v0.50.0
+	golang.org/x/sync v0.20.0
+)
 
 require (
 	github.com/segmentio/asm v1.1.3 // indirect

@@ -47,15 +47,21 @@ const tokenBytes = 32
 
 // loadToken reads the token at path; with create, a missing file is created with a new
 // random token (mode 0600, folders 0700). A token is one line of at least 16 printable
-// characters without spaces.
+// characters without spaces. On Unix the file must pass checkSecretFile (as ssh checks a
+// private key): a symbolic link, a file others may read, or a file in a directory others
+// may write is refused with the command that fixes it.
 func loadToken(path string, create bool) (string, error) {
 	if path == "" {
 		return "", errors.New("no token file: set -token-file")
 	}
-	b, err := os.ReadFile(path)
+	err := checkSecretFile("token file", path, os.Getuid())
 	if errors.Is(err, fs.ErrNotExist) && create {
 		return newToken(path)
 	}
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -66,12 +72,22 @@ func loadToken(path string, create bool) (string, error) {
 	return tok, nil
 }
 
-func newToken(path string) (string, error) {
+// randomToken returns tokenBytes random bytes from crypto/rand, hex-encoded.
+func randomToken() (string, error) {
 	b := make([]byte, tokenBytes)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	tok := hex.EncodeToString(b)
+	return hex.EncodeToString(b), nil
+}
+
+// newToken writes a new token to path, which must not exist, and reads it back as
+// loadToken does, checks included.
+func newToken(path string) (string, error) {
+	tok, err := randomToken()
+	if err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", err
 	}
@@ -86,5 +102,8 @@ func newToken(path string) (string, error) {
 		f.Close()
 		return "", err
 	}
-	return tok, f.Close()
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	return loadToken(path, false)
 }

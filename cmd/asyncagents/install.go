@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/mcpserver"
 )
 
@@ -21,8 +22,10 @@ companion plugin to <dir>/.opencode/plugin/<prefix>.js. The plugin tells the bri
 session calls; without it (-no-plugin) the bridge finds the caller by a lookup that refuses
 to guess when two sessions make the same call at once.
 The entry reads the token from -token-file ({file:…}), which is created when missing, so
-opencode.json holds no secret. An existing entry or plugin that differs is left alone
-unless -force. -dry-run prints what would change and writes nothing.
+opencode.json holds no secret (on Unix the file must be yours, mode 0600, in directories
+others cannot write, as ssh asks of a private key). -prefix names the entry, the tools and
+the plugin file: 1 to 40 letters, digits, _ or -. An existing entry or plugin that differs
+is left alone unless -force. -dry-run prints what would change and writes nothing.
 Restart OpenCode afterwards (or run asyncagents serve -dir <dir>, which reconnects it).`
 
 type installConfig struct {
@@ -35,11 +38,14 @@ func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 	fs.StringVar(&c.dir, "dir", ".", "the project `directory`")
 	fs.StringVar(&c.url, "url", "http://"+DefaultListen+"/mcp", "the bridge's URL (asyncagents serve -listen, path /mcp)")
 	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file (created when missing)")
-	fs.StringVar(&c.prefix, "prefix", "asyncagents", "the MCP server name and tool prefix")
+	fs.StringVar(&c.prefix, "prefix", asyncagents.DefaultToolPrefix, "the MCP server name and tool prefix: 1 to 40 letters, digits, _ or -")
 	fs.BoolVar(&c.noPlugin, "no-plugin", false, "do not write the companion plugin")
 	fs.BoolVar(&c.force, "force", false, "replace an entry or plugin that differs")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print what would change; write nothing")
 	if err := parse(fs, args, installHelp); err != nil {
+		return err
+	}
+	if err := checkPrefix(fs, c.prefix); err != nil {
 		return err
 	}
 	return install(c, out)
@@ -49,6 +55,9 @@ func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 var errDiffers = errors.New("differs from what asyncagents would write; see above, or rerun with -force")
 
 func install(c installConfig, out io.Writer) error {
+	if !prefixRE.MatchString(c.prefix) { // names the plugin file: never a path
+		return fmt.Errorf("bad prefix %q: want 1 to 40 letters, digits, _ or -", c.prefix)
+	}
 	dir, err := filepath.Abs(c.dir)
 	if err != nil {
 		return err

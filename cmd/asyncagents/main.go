@@ -15,10 +15,28 @@
 // asyncagents_cancel, asyncagents_list and asyncagents_clear.
 //
 // Files (STATE is $XDG_STATE_HOME/asyncagents, else ~/.local/state/asyncagents; on Windows
-// and macOS the user's config directory): STATE/tasks.jsonl, the task store (a FileStore,
-// locked by the serve that has it open), and STATE/token, the bearer token that the MCP
-// bridge and the status page ask for (created on first use, mode 0600). The project's
-// opencode.json names the token file rather than holding the token.
+// and macOS the user's config directory):
+//
+//   - STATE/tasks.jsonl, the task store (an asyncagents.FileStore, locked by the serve that
+//     has it open through STATE/tasks.jsonl.lock; both are made or tightened to mode 0600).
+//     `asyncagents tasks` reads it, when no serve answers, without creating or locking it.
+//   - STATE/token, the bearer token of the MCP bridge (created on first use, mode 0600). The
+//     project's opencode.json names the file rather than holding the token. On Unix it is
+//     checked as ssh checks a private key: a symbolic link, a file that group or others may
+//     read, or a file in a directory they may write (bar a sticky one, such as /tmp) is
+//     refused with the command that fixes it.
+//   - STATE/serve.sock (Unix), the socket on which serve answers `asyncagents tasks`: mode
+//     0600 in a directory that must be the user's alone (0700); on Linux, macOS and FreeBSD
+//     serve and tasks also check that the process at the other end is the same user. tasks
+//     sends no token: serve adds the status page's credential to what arrives there. On
+//     Windows there is no socket: tasks asks serve over TCP loopback with the token, and
+//     the status page takes the bridge's token.
+//
+// The status page has a credential of its own, made anew by each serve and kept in memory;
+// the bridge's token does not open it (Windows aside, as above).
+//
+// Text that models and servers wrote (task ids, descriptions, errors) is printed with
+// control and bidirectional characters escaped, so that it cannot drive the terminal.
 //
 // Exit codes: 0 success; 1 failure (the error is printed); 2 a usage error (bad flags or
 // arguments). serve exits 0 after SIGINT or SIGTERM.
@@ -32,6 +50,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"syscall"
 )
 
@@ -92,7 +112,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 		case errors.Is(err, errUsage):
 			return exitUsage
 		default:
-			fmt.Fprintf(errOut, "asyncagents %s: %v\n", c.name, err)
+			fmt.Fprintf(errOut, "asyncagents %s: %s\n", c.name, quoteLines(err.Error()))
 			return exitFail
 		}
 	}
@@ -130,4 +150,19 @@ func parse(fs *flag.FlagSet, args []string, help string) error {
 		return errUsage
 	}
 	return nil
+}
+
+// prefixRE is the rule of asyncagents.WithToolPrefix, which the package checks only in
+// asyncagents.New and exports no check of: 1 to 40 letters, digits, _ or -.
+// TestPrefixChecked keeps the two equal.
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+
+// checkPrefix returns errUsage, after saying why, unless p is a tool prefix that
+// asyncagents.WithToolPrefix takes. A prefix names a file (install) and the MCP server.
+func checkPrefix(fs *flag.FlagSet, p string) error {
+	if prefixRE.MatchString(p) {
+		return nil
+	}
+	fmt.Fprintf(fs.Output(), "%s: bad -prefix %s: want 1 to 40 letters, digits, _ or -\n", fs.Name(), strconv.Quote(p))
+	return errUsage
 }

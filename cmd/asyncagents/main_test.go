@@ -4,16 +4,33 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/mcpserver"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-func TestMain(m *testing.M) { testmain.Run(m) }
+// TestMain points the state folder (XDG_STATE_HOME) at a temporary folder, so that no default
+// path of a test reaches the user's files.
+func TestMain(m *testing.M) {
+	state, err := os.MkdirTemp("", "asyncagents-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
+	testmain.Run(m, shared.Close, func() { os.RemoveAll(state) })
+}
+
+// shared is an OpenCode server for the tests that need no instance of their own: the
+// bridges they register there do not matter to the others.
+var shared opencodetest.Shared
 
 // runCmd runs the command line and returns its exit code, stdout and stderr.
 func runCmd(t *testing.T, args ...string) (int, string, string) {
@@ -216,5 +233,52 @@ func TestLoadToken(t *testing.T) {
 	}
 	if _, err := loadToken(p, false); err == nil {
 		t.Error("short token accepted")
+	}
+}
+
+// Issue 17: install and serve take the prefixes asyncagents.WithToolPrefix takes, and no
+// other: a prefix names the plugin file, so "../../x" would write outside the project.
+// install and serve refuse before they write or contact anything (exit 2).
+func TestPrefixChecked(t *testing.T) {
+	client := opencodetest.NewFakeClient()
+	defer client.Close()
+	for _, p := range []string{"asyncagents", "a", "A-b_9", strings.Repeat("x", 40),
+		"", strings.Repeat("x", 41), "../../x", "a/b", `a\b`, "a.b", "a b", "é", "a\x1b"} {
+		m, err := asyncagents.New(client, asyncagents.WithToolPrefix(p))
+		if err == nil {
+			if cerr := m.Close(context.Background()); cerr != nil {
+				t.Fatal(cerr)
+			}
+		}
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		if got := checkPrefix(fs, p); (got == nil) != (err == nil) {
+			t.Errorf("prefix %q: checkPrefix %v, asyncagents.New %v", p, got, err)
+		}
+	}
+
+	dir := t.TempDir()
+	project := filepath.Join(dir, "a", "b", "project")
+	if err := os.MkdirAll(project, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "state", "token")
+	code, out, errOut := runCmd(t, "install", "-dir", project, "-token-file", tokenFile, "-prefix", "../../x")
+	if code != exitUsage || !strings.Contains(errOut, `bad -prefix "../../x"`) {
+		t.Errorf("install -prefix ../../x: exit %d\n%s%s", code, out, errOut)
+	}
+	var files []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) > 0 {
+		t.Errorf("install with a bad prefix wrote %q", files)
+	}
+	code, _, errOut = runCmd(t, "serve", "-url", "http://127.0.0.1:1", "-prefix", "a/b", "-token-file", tokenFile)
+	if code != exitUsage || !strings.Contains(errOut, `bad -prefix "a/b"`) {
+		t.Errorf("serve -prefix a/b: exit %d, %s", code, errOut)
 	}
 }

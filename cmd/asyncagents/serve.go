@@ -11,8 +11,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/dashboard"
@@ -24,10 +28,23 @@ const serveHelp = `Runs the asyncagents Manager for the OpenCode server at -url,
 serves on -listen (loopback only):
   /mcp  the MCP bridge: the tools <prefix>_task, _output, _cancel, _list and _clear for
         OpenCode's agents (streamable HTTP, bearer token from -token-file)
-  /     the status page and its API (same token)
-For each -dir it registers the bridge with that project's OpenCode instance (POST /mcp,
-or a reconnect when the project's opencode.json has the entry already); without -dir it
-prints the opencode.json entry to add (or run asyncagents install).
+  /     the status page and its API, with a credential of their own, made anew at each
+        start and kept in memory only: the bridge's token does not open them (on Windows
+        they take the bridge's token, which asyncagents tasks sends there)
+On Unix it also listens on the socket -socket, for asyncagents tasks: its folder must be
+yours alone (mode 0700, made when missing), the socket is 0600, and on Linux, macOS and
+FreeBSD a connection from another user is refused. (Windows has no socket: tasks asks
+over TCP with the token.)
+For each -dir it registers the bridge with that project's OpenCode instance: a reconnect
+when the project's opencode.json has the entry (for this serve's URL), else POST /mcp with
+the current token, which lasts until OpenCode restarts and replaces an entry an earlier
+serve added. Without -dir it prints the opencode.json entry to add (or run asyncagents
+install), and finds callers in the OpenCode server's own directory.
+Connections: a request must send its headers within 10 s and its body within 30 s; an
+idle keep-alive connection is closed after 60 s; headers are limited to 64 KiB; at most
+-max-conns connections are open at once on -listen (more wait until one closes). Answers
+are not limited: the status page's event stream and a tool call that streams its answer
+(a blocking output, up to 600 s) last as long as they need.
 SIGINT or SIGTERM stops it: the Manager and the store are closed, tasks go on running on
 the server and are picked up by the next serve.
 The server's password comes from OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME,
@@ -43,34 +60,54 @@ func (f *multiFlag) String() string     { return strings.Join(*f, ",") }
 func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 type serveConfig struct {
-	url, listen, store, tokenFile, prefix, logLevel string
-	dirs                                            multiFlag
-	register, readOnly                              bool
-	shutdown                                        time.Duration
+	url, listen, socket, store, tokenFile, prefix, logLevel string
+	dirs                                                    multiFlag
+	register, readOnly                                      bool
+	shutdown                                                time.Duration
+	http                                                    httpLimits
 }
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut io.Writer) error {
-	var c serveConfig
+	c, log, err := parseServe(fs, args, errOut)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, c, out, log)
+}
+
+// parseServe parses serve's command line into a config and a logger writing to errOut.
+func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig, *slog.Logger, error) {
+	c := serveConfig{http: defaultHTTPLimits()}
 	fs.StringVar(&c.url, "url", envOr("OPENCODE_URL", "http://127.0.0.1:4096"), "the OpenCode server (default $OPENCODE_URL)")
 	fs.StringVar(&c.listen, "listen", DefaultListen, "loopback address to serve the bridge and the status page on")
+	if socketSupported {
+		fs.StringVar(&c.socket, "socket", defaultPath("serve.sock"), "the Unix `socket` for asyncagents tasks (\"\": none)")
+	}
 	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file")
-	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file (created when missing)")
-	fs.StringVar(&c.prefix, "prefix", "asyncagents", "the MCP server name and tool prefix")
+	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bridge's bearer token file (created when missing)")
+	fs.StringVar(&c.prefix, "prefix", asyncagents.DefaultToolPrefix, "the MCP server name and tool prefix: 1 to 40 letters, digits, _ or -")
 	fs.Var(&c.dirs, "dir", "a project `directory` to register the bridge with and find callers in (repeatable)")
 	fs.BoolVar(&c.register, "register", true, "register the bridge with each -dir's OpenCode instance")
 	fs.BoolVar(&c.readOnly, "read-only", false, "the status page cannot cancel tasks")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for calls in flight on stop")
+	fs.IntVar(&c.http.maxConns, "max-conns", defaultMaxConns, fmt.Sprintf("connections open at once on -listen: 1 to %d", maxMaxConns))
 	if err := parse(fs, args, serveHelp); err != nil {
-		return err
+		return c, nil, err
+	}
+	if err := checkPrefix(fs, c.prefix); err != nil {
+		return c, nil, err
+	}
+	if c.http.maxConns < 1 || c.http.maxConns > maxMaxConns {
+		fmt.Fprintf(errOut, "%s: bad -max-conns %d: 1 to %d\n", fs.Name(), c.http.maxConns, maxMaxConns)
+		return c, nil, errUsage
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		fmt.Fprintf(errOut, "%s: bad -log-level %q\n", fs.Name(), c.logLevel)
-		return errUsage
+		return c, nil, errUsage
 	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
-	return serve(ctx, c, out, log)
+	return c, slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level})), nil
 }
 
 func envOr(name, def string) string {
@@ -102,6 +139,15 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 	if err != nil {
 		return err
 	}
+	// The status page's credential: on Unix made for this run and kept in memory only (the
+	// socket adds it for asyncagents tasks). Windows has no socket: tasks asks over TCP with
+	// the token file's token, so there the page shares the bridge's token.
+	dashToken := token
+	if socketSupported {
+		if dashToken, err = randomToken(); err != nil {
+			return err
+		}
+	}
 	ln, err := listenLoopback(c.listen)
 	if err != nil {
 		return err
@@ -124,12 +170,16 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		defer cancel()
 		err = errors.Join(err, m.Close(cctx))
 	}()
-	bridge, err := mcpserver.New(m, client, mcpserver.WithToken(token), mcpserver.WithDirectories(c.dirs...), mcpserver.WithLogger(log))
+	bopts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(log)}
+	if len(c.dirs) > 0 { // else the bridge finds callers in the client's own directory
+		bopts = append(bopts, mcpserver.WithDirectories(c.dirs...))
+	}
+	bridge, err := mcpserver.New(m, client, bopts...)
 	if err != nil {
 		return err
 	}
 	defer bridge.Close()
-	dopts := []dashboard.Option{dashboard.WithToken(token), dashboard.WithLogger(log)}
+	dopts := []dashboard.Option{dashboard.WithToken(dashToken), dashboard.WithLogger(log)}
 	if c.readOnly {
 		dopts = append(dopts, dashboard.WithReadOnly())
 	}
@@ -138,6 +188,13 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		return err
 	}
 	defer dash.Close()
+	var local net.Listener
+	if c.socket != "" {
+		if local, err = listenSocket(c.socket, log); err != nil {
+			return err
+		}
+		defer local.Close()
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", bridge)
@@ -145,46 +202,57 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 	// Calls in flight (a blocking output waits up to 10 minutes) end when serving stops.
 	callCtx, endCalls := context.WithCancel(context.Background())
 	defer endCalls()
-	srv := &http.Server{Handler: mux, BaseContext: func(net.Listener) context.Context { return callCtx }, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv := newHTTPServer(callCtx, mux, withCredential(dash, dashToken), c.http, log)
+	listeners := []net.Listener{netutil.LimitListener(ln, c.http.maxConns)}
+	if local != nil {
+		listeners = append(listeners, netutil.LimitListener(local, c.http.maxLocalConns))
+	}
+	served := make(chan error, len(listeners))
+	var serving sync.WaitGroup
+	for _, l := range listeners {
+		serving.Go(func() { served <- srv.Serve(l) })
+	}
 
 	base := "http://" + ln.Addr().String()
 	mcpURL := base + "/mcp"
-	fmt.Fprintf(out, "asyncagents serve: OpenCode %s at %s\n", version, c.url)
+	fmt.Fprintf(out, "asyncagents serve: OpenCode %s at %s\n", quote(version), quote(c.url))
 	fmt.Fprintf(out, "  MCP bridge:   %s (server name %q)\n", mcpURL, c.prefix)
-	fmt.Fprintf(out, "  status page:  %s\n", base+"/?token="+token)
-	fmt.Fprintf(out, "  task store:   %s\n", c.store)
+	fmt.Fprintf(out, "  status page:  %s\n", base+"/?token="+dashToken)
+	if local != nil {
+		fmt.Fprintf(out, "  socket:       %s (for asyncagents tasks)\n", quote(c.socket))
+	}
+	fmt.Fprintf(out, "  task store:   %s\n", quote(c.store))
 	if len(c.dirs) == 0 || !c.register {
-		snippet, _ := json.MarshalIndent(map[string]any{"mcp": map[string]any{c.prefix: projectEntry(mcpURL, c.tokenFile)}}, "  ", "  ")
-		fmt.Fprintf(out, "Add to your project's opencode.json (or run `asyncagents install`):\n  %s\n", snippet)
+		tokenFile, _ := filepath.Abs(c.tokenFile)
+		snippet, _ := json.MarshalIndent(map[string]any{"mcp": map[string]any{c.prefix: projectEntry(mcpURL, tokenFile)}}, "  ", "  ")
+		fmt.Fprintf(out, "Add to your project's opencode.json (or run `asyncagents install`):\n  %s\n", escapeJSON(snippet))
 	}
 	if c.register {
 		for _, dir := range c.dirs {
 			st, err := register(ctx, client, dir, c.prefix, mcpURL, token)
 			if err != nil {
 				log.Warn("asyncagents: register the bridge", "dir", dir, "err", err)
-				fmt.Fprintf(out, "  %s: not registered: %v\n", dir, err)
+				fmt.Fprintf(out, "  %s: not registered: %s\n", quote(dir), quote(err.Error()))
 				continue
 			}
-			fmt.Fprintf(out, "  %s: %s\n", dir, st)
+			fmt.Fprintf(out, "  %s: %s\n", quote(dir), quote(st))
 		}
 	}
 	fmt.Fprintln(out, "Ready. Stop with Ctrl-C.")
 
 	select {
 	case err = <-served:
-		return err
 	case <-ctx.Done():
+		log.Info("asyncagents: stopping; tasks go on running on the server")
 	}
-	log.Info("asyncagents: stopping; tasks go on running on the server")
 	endCalls()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if serr := srv.Shutdown(sctx); serr != nil {
 		_ = srv.Close()
 	}
-	return nil
+	serving.Wait()
+	return err
 }
 
 // listenLoopback listens on addr, which must name a loopback host.
@@ -208,32 +276,4 @@ func projectEntry(url, tokenFile string) opencode.MCPConfig {
 		OAuth:   json.RawMessage("false"),
 		Headers: map[string]string{"Authorization": "Bearer {file:" + tokenFile + "}"},
 	}
-}
-
-// register makes dir's OpenCode instance connect to the bridge: a reconnect when the
-// instance has an entry of that name (from its opencode.json), else POST /mcp. It returns
-// the instance's state of the entry.
-func register(ctx context.Context, client *opencode.HTTPClient, dir, name, url, token string) (string, error) {
-	sts, err := client.MCPStatus(ctx, dir)
-	if err != nil {
-		return "", err
-	}
-	if st, ok := sts[name]; ok {
-		if st.Status == opencode.MCPConnected {
-			return "connected (from its config)", nil
-		}
-		if err := client.ConnectMCP(ctx, dir, name); err != nil {
-			return "", err
-		}
-		return "reconnected (entry from its config)", nil
-	}
-	cfg := opencode.MCPConfig{Type: "remote", URL: url, OAuth: json.RawMessage("false"), Headers: map[string]string{"Authorization": "Bearer " + token}}
-	st, err := client.AddMCP(ctx, dir, name, cfg)
-	if err != nil {
-		return "", err
-	}
-	if st.Status != opencode.MCPConnected {
-		return "", fmt.Errorf("OpenCode says %s: %s", st.Status, st.Error)
-	}
-	return "registered (POST /mcp; until OpenCode restarts)", nil
 }

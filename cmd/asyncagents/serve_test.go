@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,17 +52,64 @@ var bridgeLine = regexp.MustCompile(`MCP bridge: +http://([0-9.:]+)/mcp`)
 type serving struct {
 	addr string // host:port it listens on
 	out  *syncBuffer
+	log  *syncBuffer
 	stop func() int // stops it as SIGINT would and returns its exit code
+}
+
+// stateArgs returns the flags that put serve's store, token file and socket in a new
+// folder (made by serve, mode 0700) in a temporary folder, and that folder.
+func stateArgs(t *testing.T) (string, []string) {
+	state := filepath.Join(t.TempDir(), "state")
+	args := []string{"-store", filepath.Join(state, "tasks.jsonl"), "-token-file", filepath.Join(state, "token")}
+	if socketSupported {
+		args = append(args, "-socket", filepath.Join(state, "serve.sock"))
+	}
+	return state, args
+}
+
+// tasksArgs returns the flags with which `tasks` reaches the serve s whose files are in
+// state (stateArgs), and reads the store when s has stopped.
+func tasksArgs(s *serving, state string) []string {
+	args := []string{"tasks", "-store", filepath.Join(state, "tasks.jsonl")}
+	if socketSupported {
+		return append(args, "-socket", filepath.Join(state, "serve.sock"))
+	}
+	return append(args, "-listen", s.addr, "-token-file", filepath.Join(state, "token"))
 }
 
 // startServe runs `asyncagents serve args…` until the test ends (or stop) and waits until it
 // is ready.
 func startServe(t *testing.T, args ...string) *serving {
 	t.Helper()
+	return startServeWith(t, nil, args...)
+}
+
+// startServeWith is startServe with tweak applied to the parsed configuration (nil: none),
+// for the knobs that have no flag.
+func startServeWith(t *testing.T, tweak func(*serveConfig), args ...string) *serving {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	code := make(chan int, 1)
-	go func() { code <- run(ctx, append([]string{"serve"}, args...), out, errOut) }()
+	go func() {
+		if tweak == nil {
+			code <- run(ctx, append([]string{"serve"}, args...), out, errOut)
+			return
+		}
+		fs := flag.NewFlagSet("asyncagents serve", flag.ContinueOnError)
+		fs.SetOutput(errOut)
+		c, log, err := parseServe(fs, args, errOut)
+		if err == nil {
+			tweak(&c)
+			err = serve(ctx, c, out, log)
+		}
+		if err != nil {
+			fmt.Fprintf(errOut, "asyncagents serve: %v\n", err)
+			code <- exitFail
+			return
+		}
+		code <- exitOK
+	}()
 	var once sync.Once
 	exit := -1
 	stop := func() int {
@@ -79,7 +133,19 @@ func startServe(t *testing.T, args ...string) *serving {
 	if m == nil {
 		t.Fatalf("serve printed no bridge URL:\n%s", out)
 	}
-	return &serving{addr: m[1], out: out, stop: stop}
+	return &serving{addr: m[1], out: out, log: errOut, stop: stop}
+}
+
+// freeAddr returns a loopback address that was free a moment ago, for a serve that must
+// come back on the same port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // callTool has the parent's scripted model call a tool through OpenCode and returns the
@@ -109,13 +175,18 @@ func callTool(t *testing.T, c *opencode.HTTPClient, parent, name, args string) o
 // B-4: serve registers the bridge with the project's instance (POST /mcp), the parent's
 // model launches a task through OpenCode → MCP → the bridge, the status API and `tasks`
 // show it, SIGINT stops serve with exit 0, and `tasks` then reads the store.
+// S-2 (issue 13): `tasks` reaches serve through its Unix socket (mode 0600) without a token;
+// the bridge's token does not open the status API.
 func TestServeRegistersAndServes(t *testing.T) {
 	srv := opencodetest.Start(t)
-	state := t.TempDir()
-	store, tokenFile := filepath.Join(state, "tasks.jsonl"), filepath.Join(state, "token")
-	s := startServe(t, "-url", srv.URL, "-listen", "127.0.0.1:0", "-store", store, "-token-file", tokenFile, "-dir", srv.Directory)
-	if !strings.Contains(s.out.String(), srv.Directory+": registered") {
+	state, args := stateArgs(t)
+	store, tokenFile, socket := filepath.Join(state, "tasks.jsonl"), filepath.Join(state, "token"), filepath.Join(state, "serve.sock")
+	s := startServe(t, append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory)...)
+	if !strings.Contains(s.out.String(), srv.Directory+": registered (POST /mcp") {
 		t.Fatalf("serve did not register with the project:\n%s", s.out)
+	}
+	if fi, err := os.Stat(socket); socketSupported && (err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600) {
+		t.Errorf("socket %s: %v, %v; want a socket of mode 0600", socket, fi.Mode(), err)
 	}
 
 	c := srv.Client()
@@ -130,7 +201,7 @@ func TestServeRegistersAndServes(t *testing.T) {
 
 	var tasks []asyncagents.Task
 	if !testmain.Eventually(30*time.Second, func() bool {
-		code, out, _ := runCmd(t, "tasks", "-listen", s.addr, "-token-file", tokenFile, "-json")
+		code, out, _ := runCmd(t, append(tasksArgs(s, state), "-json")...)
 		tasks = nil
 		_ = json.Unmarshal([]byte(out), &tasks)
 		return code == exitOK && len(tasks) == 1 && tasks[0].Status == asyncagents.StatusCompleted
@@ -140,20 +211,59 @@ func TestServeRegistersAndServes(t *testing.T) {
 	if tasks[0].ParentSessionID != parent.ID || tasks[0].ParentMessageID == "" || tasks[0].ParentAgent != "build" {
 		t.Errorf("the task's caller: %s %s %s; want %s, a message, build", tasks[0].ParentSessionID, tasks[0].ParentMessageID, tasks[0].ParentAgent, parent.ID)
 	}
+	code, out, errOut := runCmd(t, tasksArgs(s, state)...)
+	if code != exitOK || !strings.Contains(out, "from asyncagents serve at ") || !strings.Contains(out, tasks[0].ID) {
+		t.Errorf("tasks from serve: exit %d\n%s%s", code, out, errOut)
+	}
 
-	resp, err := http.Get("http://" + s.addr + "/api/tasks")
+	token, err := loadToken(tokenFile, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("status API without the token: %s", resp.Status)
+	auths := []string{"", "Bearer " + token}
+	if !socketSupported { // the status API takes the bridge's token there
+		auths = auths[:1]
+	}
+	for _, auth := range auths {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/api/tasks", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("status API over TCP with Authorization %.10q…: %s; want 401", auth, resp.Status)
+		}
+	}
+
+	// The status page opens with the link serve prints, whose token is the page's own.
+	page := regexp.MustCompile(`status page: +(http://\S+/\?token=(\w+))`).FindStringSubmatch(s.out.String())
+	if page == nil || page[2] == token {
+		t.Fatalf("serve printed no status page link of its own:\n%s", s.out)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	for _, u := range []string{page[1], "http://" + s.addr + "/api/tasks"} {
+		resp, err := browser.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", u, resp.Status)
+		}
 	}
 
 	if code := s.stop(); code != exitOK {
 		t.Fatalf("serve after SIGINT: exit %d\n%s", code, s.out)
 	}
-	code, out, errOut := runCmd(t, "tasks", "-listen", s.addr, "-store", store, "-token-file", tokenFile)
+	if _, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket left after serve stopped: %v", err)
+	}
+	code, out, errOut = runCmd(t, tasksArgs(s, state)...)
 	if code != exitOK || !strings.Contains(out, store) || !strings.Contains(out, tasks[0].ID) || !strings.Contains(out, "completed") {
 		t.Errorf("tasks from the store: exit %d\n%s%s", code, out, errOut)
 	}
@@ -161,40 +271,254 @@ func TestServeRegistersAndServes(t *testing.T) {
 
 // B-3, B-4: the entry `install` writes (token read by OpenCode from the token file) and the
 // companion plugin work: OpenCode connects to the bridge with the file's token, and a call
-// carries the plugin's caller.
+// carries the plugin's caller. Issue 3: serve says the entry comes from the project's
+// opencode.json, and after a restart of serve it reconnects the instance to the new serve.
 func TestServeWithInstalledEntryAndPlugin(t *testing.T) {
-	state := t.TempDir()
+	state, args := stateArgs(t)
 	tokenFile := filepath.Join(state, "token")
 	if _, err := loadToken(tokenFile, true); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := freeAddr(t)
 	srv := opencodetest.Start(t,
 		opencodetest.WithPlugins(map[string]string{"asyncagents.js": mcpserver.Plugin("asyncagents")}),
 		opencodetest.WithMCP("asyncagents", projectEntry("http://"+addr+"/mcp", tokenFile)))
-	s := startServe(t, "-url", srv.URL, "-listen", addr, "-store", filepath.Join(state, "tasks.jsonl"), "-token-file", tokenFile,
-		"-dir", srv.Directory)
-	if !strings.Contains(s.out.String(), "connected") {
-		t.Fatalf("serve did not connect the project's entry:\n%s", s.out)
-	}
+	args = append(args, "-url", srv.URL, "-listen", addr, "-dir", srv.Directory)
 	c := srv.Client()
 	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	part := callTool(t, c, parent.ID, "asyncagents_list", `{}`)
+	for run := 1; run <= 2; run++ {
+		s := startServe(t, args...)
+		if want := srv.Directory + ": connected (entry from " + filepath.Join(srv.Directory, "opencode.json") + ")"; !strings.Contains(s.out.String(), want) {
+			t.Fatalf("serve run %d did not say %q:\n%s", run, want, s.out)
+		}
+		part := callTool(t, c, parent.ID, "asyncagents_list", `{}`)
+		if part.State.Status != "completed" {
+			t.Fatalf("run %d: asyncagents_list through OpenCode: %s %s", run, part.State.Status, part.State.Error)
+		}
+		var input map[string]any
+		_ = json.Unmarshal(part.State.Input, &input)
+		if _, ok := input["_caller"]; !ok {
+			t.Errorf("run %d: the plugin did not add _caller to the call: %s", run, part.State.Input)
+		}
+		if code := s.stop(); code != exitOK {
+			t.Fatalf("run %d: serve after SIGINT: exit %d\n%s", run, code, s.out)
+		}
+	}
+}
+
+// Issue 3: after a restart of serve, a directory that the last serve registered with
+// POST /mcp (the project has no entry) is registered again with the current token — the
+// old entry holds the token of its day — and serve says so rather than "from its config".
+// An entry in the project's config for another URL is overridden the same way, with a word.
+func TestServeRestartRegistersAgain(t *testing.T) {
+	srv := opencodetest.Start(t)
+	state, args := stateArgs(t)
+	tokenFile := filepath.Join(state, "token")
+	args = append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory)
+	c := srv.Client()
+	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherURL := filepath.Join(srv.Directory, ".opencode", "opencode.jsonc")
+	for run, tc := range []struct {
+		before func()
+		want   string
+	}{
+		{nil, ": registered (POST /mcp; until OpenCode restarts)\n"},
+		{func() { // a new token: the entry of the first run holds a stale one
+			if err := os.Remove(tokenFile); err != nil {
+				t.Fatal(err)
+			}
+		}, ": registered again (POST /mcp, replacing the entry an earlier serve added; until OpenCode restarts)\n"},
+		{func() {
+			if err := os.MkdirAll(filepath.Dir(otherURL), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(otherURL, []byte(`{"mcp": {"asyncagents": {"type": "remote", "url": "http://127.0.0.1:9/mcp"}}} // mine`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, ": registered (POST /mcp; until OpenCode restarts); " + otherURL + " names another URL for mcp.asyncagents (http://127.0.0.1:9/mcp): run asyncagents install -force to fix it\n"},
+	} {
+		if tc.before != nil {
+			tc.before()
+		}
+		s := startServe(t, args...)
+		if out := s.out.String(); !strings.Contains(out, srv.Directory+tc.want) {
+			t.Fatalf("serve run %d: want %q:\n%s", run+1, srv.Directory+tc.want, out)
+		}
+		part := callTool(t, c, parent.ID, "asyncagents_list", `{}`)
+		if part.State.Status != "completed" {
+			t.Fatalf("run %d: asyncagents_list through OpenCode: %s %s", run+1, part.State.Status, part.State.Error)
+		}
+		if code := s.stop(); code != exitOK {
+			t.Fatalf("run %d: serve after SIGINT: exit %d\n%s", run+1, code, s.out)
+		}
+	}
+}
+
+// Issue 2: serve without -dir starts (the bridge finds callers in the server's own
+// directory) and prints the entry for opencode.json, as its help says.
+func TestServeWithoutDirPrintsEntry(t *testing.T) {
+	srv := shared.Get(t)
+	state, args := stateArgs(t)
+	s := startServe(t, append(args, "-url", srv.URL, "-listen", "127.0.0.1:0")...)
+	out := s.out.String()
+	i := strings.Index(out, "Add to your project's opencode.json")
+	if i < 0 {
+		t.Fatalf("serve without -dir printed no entry:\n%s", out)
+	}
+	snippet := out[strings.Index(out[i:], "\n")+i+1 : strings.Index(out, "Ready.")]
+	var got struct {
+		MCP map[string]opencode.MCPConfig
+	}
+	if err := json.Unmarshal([]byte(snippet), &got); err != nil {
+		t.Fatalf("the entry is not JSON (%v):\n%s", err, snippet)
+	}
+	e := got.MCP["asyncagents"]
+	if e.URL != "http://"+s.addr+"/mcp" || e.Headers["Authorization"] != "Bearer {file:"+filepath.Join(state, "token")+"}" {
+		t.Errorf("the printed entry: %+v", e)
+	}
+	if code := s.stop(); code != exitOK {
+		t.Errorf("serve after SIGINT: exit %d\n%s", code, s.log)
+	}
+}
+
+// socketClient returns an HTTP client that reaches the serve on the Unix socket path.
+func socketClient(t *testing.T, path string) *http.Client {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialSocket(ctx, path) }}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// S-3 (issue 11): with serve's read timeout cut to 500 ms, the answers that last longer keep
+// working: the status page's event stream (here through the socket) delivers a change
+// seconds later, a blocking asyncagents_output called by OpenCode's model waits for the task
+// and returns its result, and the bridge's GET stream stays open.
+func TestServeLongAnswersOutliveReadTimeout(t *testing.T) {
+	if !socketSupported {
+		t.Skip("the event stream is read through the socket")
+	}
+	const readTimeout = 500 * time.Millisecond
+	srv := shared.Get(t) // registers the bridge with it, which TestServeWithoutDirPrintsEntry does not mind
+	state, args := stateArgs(t)
+	s := startServeWith(t, func(c *serveConfig) { c.http.readHeader, c.http.read = readTimeout, readTimeout },
+		append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory)...)
+	local := socketClient(t, filepath.Join(state, "serve.sock"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	events, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost/api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := local.Do(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/events through the socket: %s", resp.Status)
+	}
+	streamStart := time.Now()
+	completedAt := make(chan time.Duration, 1)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data:") && strings.Contains(sc.Text(), `"status":"completed"`) {
+				completedAt <- time.Since(streamStart)
+				return
+			}
+		}
+	}()
+
+	mcpGet := openMCPStream(t, ctx, s.addr, filepath.Join(state, "token"))
+
+	c := srv.Client()
+	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"sleep","agent":"general","prompt":"SLEEP:3"}`)
 	if part.State.Status != "completed" {
-		t.Fatalf("asyncagents_list through OpenCode: %s %s", part.State.Status, part.State.Error)
+		t.Fatalf("asyncagents_task: %s %s", part.State.Status, part.State.Error)
 	}
-	var input map[string]any
-	_ = json.Unmarshal(part.State.Input, &input)
-	if _, ok := input["_caller"]; !ok {
-		t.Errorf("the plugin did not add _caller to the call: %s", part.State.Input)
+	id := regexp.MustCompile(`ses_[0-9A-Za-z]+`).FindString(part.State.Output)
+	start := time.Now()
+	part = callTool(t, c, parent.ID, "asyncagents_output", `{"task_id":"`+id+`","block":true,"timeout":60}`)
+	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "slept 3") {
+		t.Errorf("blocking asyncagents_output: %s %q %s", part.State.Status, part.State.Output, part.State.Error)
 	}
+	if d := time.Since(start); d < 2*readTimeout {
+		t.Errorf("the output call took %v only: it did not block past the read timeout", d)
+	}
+	select {
+	case d := <-completedAt:
+		if d < readTimeout {
+			t.Errorf("the change came %v after the stream opened, before the read timeout: the test proves nothing", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the event stream delivered no completed task")
+	}
+	select {
+	case err := <-mcpGet:
+		t.Errorf("the bridge's GET stream ended: %v", err)
+	default:
+	}
+}
+
+// openMCPStream starts an MCP session with the bridge at addr (initialize, initialized) and
+// opens its GET stream; the channel gets the error that ends the stream's body.
+func openMCPStream(t *testing.T, ctx context.Context, addr, tokenFile string) <-chan error {
+	t.Helper()
+	token, err := loadToken(tokenFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: %s, session %q", resp.Status, session)
+	}
+	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	get, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if get.StatusCode != http.StatusOK {
+		get.Body.Close()
+		t.Fatalf("GET /mcp: %s", get.Status)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, get.Body)
+		ended <- err
+	}()
+	t.Cleanup(func() { get.Body.Close() })
+	return ended
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,19 +20,31 @@ import (
 )
 
 const tasksHelp = `Lists the tasks: what runs, for which parent session, since when, and how it ended.
-It asks the serve listening on -listen, and reads -store when none answers (a running
-serve holds the store's lock). -json prints the tasks as a JSON array (asyncagents.Task).`
+On Unix it asks the serve on the Unix socket -socket, sending no token: the socket's folder
+is yours alone, and on Linux, macOS and FreeBSD a socket served by another user is refused.
+When no serve listens there (no socket, or nothing accepts on it) it reads -store without
+creating, locking or changing it; no store means no tasks. On Windows, which has no
+socket, it asks the serve at -listen over TCP with the token of -token-file, which goes to
+whatever process holds that port.
+Text from models and servers (ids, descriptions, errors) is printed with control and
+bidirectional characters escaped (\x1b, \u202e), so it cannot move the cursor, retitle the
+terminal or reorder the line. -json prints the tasks as a JSON array (asyncagents.Task),
+with those characters as \u escapes in its strings.`
 
 type tasksConfig struct {
-	listen, store, tokenFile, parent, status string
-	json                                     bool
+	listen, socket, store, tokenFile, parent, status string
+	json                                             bool
 }
 
 func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
 	var c tasksConfig
-	fs.StringVar(&c.listen, "listen", DefaultListen, "the address of a running asyncagents serve")
+	if socketSupported {
+		fs.StringVar(&c.socket, "socket", defaultPath("serve.sock"), "the Unix `socket` of a running asyncagents serve")
+	} else {
+		fs.StringVar(&c.listen, "listen", DefaultListen, "the address of a running asyncagents serve")
+		fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file of the serve")
+	}
 	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file, read when no serve answers")
-	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file of the serve")
 	fs.StringVar(&c.parent, "parent", "", "only the tasks of this parent `session` (ses_…)")
 	fs.StringVar(&c.status, "status", "", "only tasks in this status: queued, running, completed, error, cancelled or resumed")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
@@ -49,42 +62,51 @@ func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 		}
 	}
 	if c.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
 		if kept == nil {
 			kept = []asyncagents.Task{}
 		}
-		return enc.Encode(kept)
+		js, err := json.MarshalIndent(kept, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(append(escapeJSON(js), '\n'))
+		return err
 	}
 	printTasks(out, kept, from, time.Now())
 	return nil
 }
 
-// loadTasks asks the serve at c.listen for the tasks, and reads the store when nothing
-// listens there. It returns where the tasks came from.
+// loadTasks asks the running serve for the tasks, and reads the store when none listens.
+// It returns where the tasks came from.
 func loadTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, string, error) {
 	if c.status != "" && !validStatus(c.status) {
 		return nil, "", fmt.Errorf("unknown status %q", c.status)
 	}
-	tasks, err := fetchTasks(ctx, c)
+	tasks, from, err := fetchTasks(ctx, c)
 	if err == nil {
-		return tasks, "asyncagents serve at " + c.listen, nil
+		return tasks, from, nil
 	}
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" {
+	if !noServe(err) {
 		return nil, "", err
 	}
 	if c.store == "" {
 		return nil, "", errors.New("no serve answers and no store: set -store")
 	}
-	store, err := asyncagents.NewFileStore(c.store)
-	if err != nil {
-		return nil, "", err
+	tasks, err = asyncagents.ReadFileStore(ctx, c.store)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "no serve answers, no store at " + c.store, nil
 	}
-	defer store.Close()
-	tasks, err = store.Load(ctx)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].ID > tasks[j].ID })
 	return tasks, c.store, err
+}
+
+// noServe reports whether err, from fetchTasks, says that no serve listens.
+func noServe(err error) bool {
+	if socketSupported {
+		return socketAbsent(err)
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func validStatus(s string) bool {
@@ -96,21 +118,35 @@ func validStatus(s string) bool {
 	return false
 }
 
-// fetchTasks reads GET /api/tasks of the serve at c.listen (package dashboard).
-func fetchTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, error) {
+// fetchTasks reads GET /api/tasks of the running serve (package dashboard): on Unix through
+// its socket (dialSocket checks the peer), without a token, which the serve adds itself;
+// elsewhere at c.listen with the token of c.tokenFile. It returns where the tasks came from.
+func fetchTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
 	u := url.URL{Scheme: "http", Host: c.listen, Path: "/api/tasks"}
+	from := "asyncagents serve at " + c.listen
+	if socketSupported {
+		if c.socket == "" {
+			return nil, "", errors.New("no socket: set -socket")
+		}
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dialSocket(ctx, c.socket) }
+		u.Host, from = "localhost", "asyncagents serve at "+c.socket
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if tok, err := loadToken(c.tokenFile, false); err == nil {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	if !socketSupported {
+		if tok, err := loadToken(c.tokenFile, false); err == nil {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -118,21 +154,22 @@ func fetchTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, error) 
 			Error string `json:"error"`
 		}
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&e)
-		return nil, fmt.Errorf("asyncagents serve at %s: %s %s", c.listen, resp.Status, e.Error)
+		return nil, "", fmt.Errorf("%s: %s %s", from, resp.Status, e.Error)
 	}
 	var body struct {
 		Tasks []asyncagents.Task `json:"tasks"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("asyncagents serve at %s: %w", c.listen, err)
+		return nil, "", fmt.Errorf("%s: %w", from, err)
 	}
-	return body.Tasks, nil
+	return body.Tasks, from, nil
 }
 
-// printTasks writes one line per task, grouped by parent session.
+// printTasks writes one line per task, grouped by parent session; every text it prints is
+// quoted (quote).
 func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.Time) {
 	if len(tasks) == 0 {
-		fmt.Fprintf(out, "No tasks (%s).\n", from)
+		fmt.Fprintf(out, "No tasks (%s).\n", quote(from))
 		return
 	}
 	byParent := map[string][]asyncagents.Task{}
@@ -144,10 +181,10 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 		byParent[t.ParentSessionID] = append(byParent[t.ParentSessionID], t)
 	}
 	sort.Strings(parents)
-	fmt.Fprintf(out, "%d task(s) from %s\n", len(tasks), from)
+	fmt.Fprintf(out, "%d task(s) from %s\n", len(tasks), quote(from))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, p := range parents {
-		fmt.Fprintf(w, "\nparent %s\n", p)
+		fmt.Fprintf(w, "\nparent %s\n", quote(p))
 		fmt.Fprintln(w, "  TASK\tSTATUS\tTIME\tTOOLS\tDESCRIPTION")
 		for _, t := range byParent[p] {
 			desc := t.Description
@@ -157,12 +194,14 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 			if t.Error != "" {
 				desc += " — " + firstLine(t.Error, 60)
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", t.ID, t.Status, t.Duration(now).Round(time.Second), t.Progress.ToolCalls, desc)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", quote(t.ID), quote(string(t.Status)), t.Duration(now).Round(time.Second),
+				t.Progress.ToolCalls, quote(desc))
 		}
 	}
 	_ = w.Flush()
 }
 
+// firstLine returns the first line of s, cut to n runes.
 func firstLine(s string, n int) string {
 	s, _, _ = strings.Cut(s, "\n")
 	if r := []rune(s); len(r) > n {
