@@ -96,7 +96,7 @@ func install(c installConfig, out io.Writer) error {
 	fmt.Fprintf(out, "%s: mcp.%s %s\n", cfgPath, c.prefix, action)
 
 	pluginPath := filepath.Join(dir, ".opencode", "plugin", c.prefix+".js")
-	plugin := []byte(mcpserver.Plugin(c.prefix))
+	plugin := []byte(mcpserver.Plugin(c.prefix, mcpserver.WithTokenFile(tokenFile))) // signs its _caller with the token
 	writePlugin := false
 	if !c.noPlugin {
 		have, err := os.ReadFile(pluginPath)

@@ -7,6 +7,7 @@
 //	asyncagents serve [flags]     run the Manager, the MCP bridge and the status page
 //	asyncagents install [flags]   add the MCP entry and the companion plugin to a project
 //	asyncagents tasks [flags]     list the tasks, for a person at a terminal
+//	asyncagents login [flags]     print a new login link for the status page
 //	asyncagents help [command]    show the help of a command
 //
 // A typical setup: run `asyncagents install` in each project (once), start
@@ -33,7 +34,9 @@
 //     the status page takes the bridge's token.
 //
 // The status page has a credential of its own, made anew by each serve and kept in memory;
-// the bridge's token does not open it (Windows aside, as above).
+// the bridge's token does not open it (Windows aside, as above). A browser signs in with a
+// login link: serve prints one when it starts and `asyncagents login` asks it for another;
+// each works once, within 5 minutes, and becomes a session cookie that ends with serve.
 //
 // Text that models and servers wrote (task ids, descriptions, errors) is printed with
 // control and bidirectional characters escaped, so that it cannot drive the terminal.
@@ -79,6 +82,7 @@ var commands = []command{
 	{"serve", "run the Manager, the MCP bridge and the status page beside `opencode serve`", runServe},
 	{"install", "add the MCP entry and the companion plugin to a project", runInstall},
 	{"tasks", "list the tasks (from a running serve, else from the store)", runTasks},
+	{"login", "print a new login link for the running serve's status page", runLogin},
 }
 
 // errUsage marks errors that exit with exitUsage; the message has been printed.

@@ -180,7 +180,7 @@ func TestInstall(t *testing.T) {
 		t.Errorf("token file mode: %v", st)
 	}
 	plugin, err := os.ReadFile(filepath.Join(dir, ".opencode", "plugin", "asyncagents.js"))
-	if err != nil || string(plugin) != mcpserver.Plugin("asyncagents") {
+	if err != nil || string(plugin) != mcpserver.Plugin("asyncagents", mcpserver.WithTokenFile(tokenFile)) {
 		t.Errorf("plugin file: %v", err)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,9 @@ serves on -listen (loopback only):
         OpenCode's agents (streamable HTTP, bearer token from -token-file)
   /     the status page and its API, with a credential of their own, made anew at each
         start and kept in memory only: the bridge's token does not open them (on Windows
-        they take the bridge's token, which asyncagents tasks sends there)
+        they take the bridge's token, which asyncagents tasks sends there). A browser
+        signs in with the login link printed at start (asyncagents login prints another):
+        it works once, within 5 minutes, and becomes a session cookie that ends with serve
 On Unix it also listens on the socket -socket, for asyncagents tasks: its folder must be
 yours alone (mode 0700, made when missing), the socket is 0600, and on Linux, macOS and
 FreeBSD a connection from another user is refused. (Windows has no socket: tasks asks
@@ -40,6 +43,10 @@ when the project's opencode.json has the entry (for this serve's URL), else POST
 the current token, which lasts until OpenCode restarts and replaces an entry an earlier
 serve added. Without -dir it prints the opencode.json entry to add (or run asyncagents
 install), and finds callers in the OpenCode server's own directory.
+What models can start: at most -max-running tasks run at once (more wait queued; -limit
+sets a provider's or a model's own), at most -max-per-parent of one session's tasks are
+active (more is an error its model reads), a run is aborted after -deadline, or after
+-stale-timeout without activity; the task tool's description tells the model these limits.
 Connections: a request must send its headers within 10 s and its body within 30 s; an
 idle keep-alive connection is closed after 60 s; headers are limited to 64 KiB; at most
 -max-conns connections are open at once on -listen (more wait until one closes). Answers
@@ -65,6 +72,52 @@ type serveConfig struct {
 	register, readOnly                                      bool
 	shutdown                                                time.Duration
 	http                                                    httpLimits
+	bounds                                                  taskBounds
+}
+
+// taskBounds is what serve lets the models start: the Manager's concurrency limits, its cap
+// on one parent session's active tasks, and its watchdogs.
+type taskBounds struct {
+	maxRunning, perParent int
+	limits                multiFlag // "provider=N" or "provider/model=N"
+	deadline, stale       time.Duration
+}
+
+// The defaults of serve's task bounds: enough for a model that fans work out, few enough
+// that a model launching in a loop (say 300 calls in a second) cannot start hundreds of
+// agents, and no run left going for hours unseen.
+const (
+	defaultMaxRunning = 8
+	defaultPerParent  = 20
+	defaultDeadline   = 2 * time.Hour
+	defaultStale      = 30 * time.Minute
+)
+
+// options returns the Manager options of b, or a usage message.
+func (b taskBounds) options() ([]asyncagents.Option, error) {
+	l := asyncagents.Limits{Default: b.maxRunning, Providers: map[string]int{}, Models: map[string]int{}}
+	for _, kv := range b.limits {
+		key, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 || key == "" {
+			return nil, fmt.Errorf("bad -limit %s: want provider=N or provider/model=N, N ≥ 0", quote(kv))
+		}
+		if strings.Contains(key, "/") {
+			l.Models[key] = n
+		} else {
+			l.Providers[key] = n
+		}
+	}
+	switch {
+	case b.maxRunning < 0:
+		return nil, fmt.Errorf("bad -max-running %d: must not be negative", b.maxRunning)
+	case b.perParent < 0 || b.perParent > asyncagents.MaxActivePerParent:
+		return nil, fmt.Errorf("bad -max-per-parent %d: 0 to %d", b.perParent, asyncagents.MaxActivePerParent)
+	case b.deadline < 0 || b.stale < 0:
+		return nil, errors.New("bad -deadline or -stale-timeout: must not be negative")
+	}
+	return []asyncagents.Option{asyncagents.WithConcurrency(l), asyncagents.WithMaxActivePerParent(b.perParent),
+		asyncagents.WithDeadline(b.deadline), asyncagents.WithStaleTimeout(b.stale)}, nil
 }
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut io.Writer) error {
@@ -77,7 +130,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut 
 
 // parseServe parses serve's command line into a config and a logger writing to errOut.
 func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig, *slog.Logger, error) {
-	c := serveConfig{http: defaultHTTPLimits()}
+	c := serveConfig{http: defaultHTTPLimits(), bounds: taskBounds{maxRunning: defaultMaxRunning, perParent: defaultPerParent,
+		deadline: defaultDeadline, stale: defaultStale}}
 	fs.StringVar(&c.url, "url", envOr("OPENCODE_URL", "http://127.0.0.1:4096"), "the OpenCode server (default $OPENCODE_URL)")
 	fs.StringVar(&c.listen, "listen", DefaultListen, "loopback address to serve the bridge and the status page on")
 	if socketSupported {
@@ -92,8 +146,17 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for calls in flight on stop")
 	fs.IntVar(&c.http.maxConns, "max-conns", defaultMaxConns, fmt.Sprintf("connections open at once on -listen: 1 to %d", maxMaxConns))
+	fs.IntVar(&c.bounds.maxRunning, "max-running", c.bounds.maxRunning, "tasks running at once, of all sessions; more wait queued (0: no limit)")
+	fs.Var(&c.bounds.limits, "limit", "a concurrency limit of one provider or model, `provider=N or provider/model=N` (repeatable; beats -max-running)")
+	fs.IntVar(&c.bounds.perParent, "max-per-parent", c.bounds.perParent, "active (queued, running, resumed) tasks of one session; more is an error for its model (0: no cap)")
+	fs.DurationVar(&c.bounds.deadline, "deadline", c.bounds.deadline, "how long a run may take before it is aborted (0: no limit)")
+	fs.DurationVar(&c.bounds.stale, "stale-timeout", c.bounds.stale, "how long a run may show no activity before it is aborted (0: no limit)")
 	if err := parse(fs, args, serveHelp); err != nil {
 		return c, nil, err
+	}
+	if _, err := c.bounds.options(); err != nil {
+		fmt.Fprintf(errOut, "%s: %v\n", fs.Name(), err)
+		return c, nil, errUsage
 	}
 	if err := checkPrefix(fs, c.prefix); err != nil {
 		return c, nil, err
@@ -161,7 +224,12 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		return err
 	}
 	defer func() { err = errors.Join(err, store.Close()) }()
-	m, err := asyncagents.New(client, asyncagents.WithStore(store), asyncagents.WithLogger(log), asyncagents.WithToolPrefix(c.prefix))
+	bounds, err := c.bounds.options()
+	if err != nil {
+		return err
+	}
+	m, err := asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
+		asyncagents.WithToolPrefix(c.prefix))...)
 	if err != nil {
 		return err
 	}
@@ -217,7 +285,7 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 	mcpURL := base + "/mcp"
 	fmt.Fprintf(out, "asyncagents serve: OpenCode %s at %s\n", quote(version), quote(c.url))
 	fmt.Fprintf(out, "  MCP bridge:   %s (server name %q)\n", mcpURL, c.prefix)
-	fmt.Fprintf(out, "  status page:  %s\n", base+"/?token="+dashToken)
+	fmt.Fprintf(out, "  status page:  %s (works once, within %v; asyncagents login prints another)\n", base+"/"+dash.LoginLink(), dashboard.DefaultLoginTTL)
 	if local != nil {
 		fmt.Fprintf(out, "  socket:       %s (for asyncagents tasks)\n", quote(c.socket))
 	}

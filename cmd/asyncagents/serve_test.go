@@ -239,22 +239,43 @@ func TestServeRegistersAndServes(t *testing.T) {
 		}
 	}
 
-	// The status page opens with the link serve prints, whose token is the page's own.
-	page := regexp.MustCompile(`status page: +(http://\S+/\?token=(\w+))`).FindStringSubmatch(s.out.String())
-	if page == nil || page[2] == token {
-		t.Fatalf("serve printed no status page link of its own:\n%s", s.out)
+	// S-2: the status page opens with the login link serve prints, once; it holds no
+	// token; `asyncagents login` prints another that works.
+	link := regexp.MustCompile(`status page: +(http://\S+/\?login=([\w-]+))`)
+	page := link.FindStringSubmatch(s.out.String())
+	if page == nil || strings.Contains(page[0], token) {
+		t.Fatalf("serve printed no login link for the status page:\n%s", s.out)
 	}
-	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar}
-	for _, u := range []string{page[1], "http://" + s.addr + "/api/tasks"} {
+	signIn := func(u string) int {
+		jar, _ := cookiejar.New(nil)
+		browser := &http.Client{Jar: jar}
 		resp, err := browser.Get(u)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s: %s", u, resp.Status)
+			return resp.StatusCode
 		}
+		resp, err = browser.Get("http://" + s.addr + "/api/tasks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := signIn(page[1]); code != http.StatusOK {
+		t.Errorf("status page with the printed link: %d", code)
+	}
+	if code := signIn(page[1]); code != http.StatusUnauthorized {
+		t.Errorf("the printed link a second time: %d, want 401", code)
+	}
+	loginArgs := append([]string{"login", "-listen", s.addr}, tasksArgs(s, state)[3:]...)
+	code, out, errOut = runCmd(t, loginArgs...)
+	if again := link.FindStringSubmatch("status page: " + out); code != exitOK || again == nil || again[2] == page[2] {
+		t.Fatalf("asyncagents login: exit %d\n%s%s", code, out, errOut)
+	} else if code := signIn(again[1]); code != http.StatusOK {
+		t.Errorf("status page with the link of asyncagents login: %d", code)
 	}
 
 	if code := s.stop(); code != exitOK {
@@ -281,7 +302,7 @@ func TestServeWithInstalledEntryAndPlugin(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	srv := opencodetest.Start(t,
-		opencodetest.WithPlugins(map[string]string{"asyncagents.js": mcpserver.Plugin("asyncagents")}),
+		opencodetest.WithPlugins(map[string]string{"asyncagents.js": mcpserver.Plugin("asyncagents", mcpserver.WithTokenFile(tokenFile))}),
 		opencodetest.WithMCP("asyncagents", projectEntry("http://"+addr+"/mcp", tokenFile)))
 	args = append(args, "-url", srv.URL, "-listen", addr, "-dir", srv.Directory)
 	c := srv.Client()
@@ -298,10 +319,14 @@ func TestServeWithInstalledEntryAndPlugin(t *testing.T) {
 		if part.State.Status != "completed" {
 			t.Fatalf("run %d: asyncagents_list through OpenCode: %s %s", run, part.State.Status, part.State.Error)
 		}
-		var input map[string]any
+		var input struct {
+			Caller struct {
+				SessionID, CallID, Sig string
+			} `json:"_caller"`
+		}
 		_ = json.Unmarshal(part.State.Input, &input)
-		if _, ok := input["_caller"]; !ok {
-			t.Errorf("run %d: the plugin did not add _caller to the call: %s", run, part.State.Input)
+		if input.Caller.SessionID != parent.ID || len(input.Caller.Sig) != 64 {
+			t.Errorf("run %d: the plugin did not add a signed _caller to the call: %s", run, part.State.Input)
 		}
 		if code := s.stop(); code != exitOK {
 			t.Fatalf("run %d: serve after SIGINT: exit %d\n%s", run, code, s.out)
@@ -521,4 +546,41 @@ func openMCPStream(t *testing.T, ctx context.Context, addr, tokenFile string) <-
 	}()
 	t.Cleanup(func() { get.Body.Close() })
 	return ended
+}
+
+// S-5, issue 17 item 10: serve bounds what a model can start. With -max-per-parent 1 a
+// parent's second launch is an error its model reads, while the first still runs; the task
+// tool's description, as OpenCode hands it to the model, states the limits; bad values are
+// usage errors.
+func TestServeBoundsWhatModelsStartS5(t *testing.T) {
+	srv := opencodetest.Start(t)
+	_, args := stateArgs(t)
+	startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory,
+		"-max-per-parent", "1", "-max-running", "3", "-deadline", "20m", "-stale-timeout", "5m")...)
+	c := srv.Client()
+	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"slow","agent":"general","prompt":"SLEEP:20"}`)
+	if first.State.Status != "completed" || !strings.Contains(first.State.Output, "Background task launched") {
+		t.Fatalf("first launch: %s %s %s", first.State.Status, first.State.Output, first.State.Error)
+	}
+	second := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"more","agent":"general","prompt":"SLEEP:1"}`)
+	if text := second.State.Output + second.State.Error; !strings.Contains(text, "too many active tasks") || !strings.Contains(text, "1 active tasks") {
+		t.Errorf("second launch over -max-per-parent 1: %s %q", second.State.Status, text)
+	}
+	var described bool
+	for _, r := range srv.Model.Requests() {
+		described = described || strings.Contains(string(r.Body), "at most 1 of this session's tasks can be active at once") &&
+			strings.Contains(string(r.Body), "beyond 3 running at once") && strings.Contains(string(r.Body), "longer than 20m 0s")
+	}
+	if !described {
+		t.Error("the model was not told the limits in the task tool's description")
+	}
+	for _, bad := range [][]string{{"-max-per-parent", "-1"}, {"-limit", "nope"}, {"-limit", "p/m=-2"}, {"-deadline", "-1s"}} {
+		if code, _, errOut := runCmd(t, append([]string{"serve"}, bad...)...); code != exitUsage || !strings.Contains(errOut, "bad "+bad[0]) {
+			t.Errorf("serve %q: exit %d, %s", bad, code, errOut)
+		}
+	}
 }

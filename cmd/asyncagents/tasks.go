@@ -32,18 +32,14 @@ terminal or reorder the line. -json prints the tasks as a JSON array (asyncagent
 with those characters as \u escapes in its strings.`
 
 type tasksConfig struct {
-	listen, socket, store, tokenFile, parent, status string
-	json                                             bool
+	serveAddr
+	store, parent, status string
+	json                  bool
 }
 
 func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
 	var c tasksConfig
-	if socketSupported {
-		fs.StringVar(&c.socket, "socket", defaultPath("serve.sock"), "the Unix `socket` of a running asyncagents serve")
-	} else {
-		fs.StringVar(&c.listen, "listen", DefaultListen, "the address of a running asyncagents serve")
-		fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file of the serve")
-	}
+	c.serveAddr.flags(fs)
 	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file, read when no serve answers")
 	fs.StringVar(&c.parent, "parent", "", "only the tasks of this parent `session` (ses_…)")
 	fs.StringVar(&c.status, "status", "", "only tasks in this status: queued, running, completed, error, cancelled or resumed")
@@ -118,35 +114,61 @@ func validStatus(s string) bool {
 	return false
 }
 
-// fetchTasks reads GET /api/tasks of the running serve (package dashboard): on Unix through
-// its socket (dialSocket checks the peer), without a token, which the serve adds itself;
-// elsewhere at c.listen with the token of c.tokenFile. It returns where the tasks came from.
+// fetchTasks reads GET /api/tasks of the running serve (package dashboard). It returns where
+// the tasks came from.
 func fetchTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, string, error) {
+	var body struct {
+		Tasks []asyncagents.Task `json:"tasks"`
+	}
+	from, err := c.ask(ctx, http.MethodGet, "/api/tasks", &body)
+	return body.Tasks, from, err
+}
+
+// serveAddr is how the commands reach a running serve: on Unix its socket (the peer is
+// checked; no token is sent, the serve adds the status page's credential itself); elsewhere
+// its TCP address with the token of the token file.
+type serveAddr struct {
+	listen, socket, tokenFile string
+}
+
+// flags registers -socket, or -listen and -token-file where there is no socket.
+func (a *serveAddr) flags(fs *flag.FlagSet) {
+	if socketSupported {
+		fs.StringVar(&a.socket, "socket", defaultPath("serve.sock"), "the Unix `socket` of a running asyncagents serve")
+		return
+	}
+	fs.StringVar(&a.listen, "listen", DefaultListen, "the address of a running asyncagents serve")
+	fs.StringVar(&a.tokenFile, "token-file", defaultPath("token"), "the bearer token file of the serve")
+}
+
+// ask sends method path to the running serve and decodes its JSON answer into out. It
+// returns the serve it asked.
+func (a serveAddr) ask(ctx context.Context, method, path string, out any) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	u := url.URL{Scheme: "http", Host: c.listen, Path: "/api/tasks"}
-	from := "asyncagents serve at " + c.listen
+	u := url.URL{Scheme: "http", Host: a.listen, Path: path}
+	from := "asyncagents serve at " + a.listen
 	if socketSupported {
-		if c.socket == "" {
-			return nil, "", errors.New("no socket: set -socket")
+		if a.socket == "" {
+			return "", errors.New("no socket: set -socket")
 		}
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dialSocket(ctx, c.socket) }
-		u.Host, from = "localhost", "asyncagents serve at "+c.socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dialSocket(ctx, a.socket) }
+		u.Host, from = "localhost", "asyncagents serve at "+a.socket
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if !socketSupported {
-		if tok, err := loadToken(c.tokenFile, false); err == nil {
+		if tok, err := loadToken(a.tokenFile, false); err == nil {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -154,15 +176,12 @@ func fetchTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, string,
 			Error string `json:"error"`
 		}
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&e)
-		return nil, "", fmt.Errorf("%s: %s %s", from, resp.Status, e.Error)
+		return "", fmt.Errorf("%s: %s %s", from, resp.Status, e.Error)
 	}
-	var body struct {
-		Tasks []asyncagents.Task `json:"tasks"`
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return "", fmt.Errorf("%s: %w", from, err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", from, err)
-	}
-	return body.Tasks, from, nil
+	return from, nil
 }
 
 // printTasks writes one line per task, grouped by parent session; every text it prints is
