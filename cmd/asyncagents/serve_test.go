@@ -584,3 +584,43 @@ func TestServeBoundsWhatModelsStartS5(t *testing.T) {
 		}
 	}
 }
+
+// Issue 17 item 6: OpenCode's TUI, run with --port, serves what serve needs: serve registers
+// the bridge with it, the model of a session launches a task through the tools, the task
+// completes and the parent is notified, as with `opencode serve`.
+func TestServeBesideTheTUI(t *testing.T) {
+	if !socketSupported {
+		t.Skip("the TUI runs in a pseudo-terminal of script(1), on Unix")
+	}
+	srv := opencodetest.Start(t, opencodetest.WithTUI())
+	_, args := stateArgs(t)
+	s := startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory)...)
+	if !strings.Contains(s.out.String(), srv.Directory+": registered") {
+		t.Fatalf("serve did not register with the TUI's instance:\n%s", s.out)
+	}
+	c := srv.Client()
+	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"beside the TUI","agent":"general","prompt":"say hello"}`)
+	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "Background task launched") {
+		t.Fatalf("launch through the TUI's server: %s %s %s", part.State.Status, part.State.Output, part.State.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ok := testmain.Eventually(60*time.Second, func() bool {
+		msgs, err := c.Messages(ctx, parent.ID, 0)
+		for _, m := range msgs {
+			for _, p := range m.Parts {
+				if err == nil && strings.HasPrefix(p.Text, `✓ **Agent "beside the TUI" finished`) {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("the parent in the TUI's server was not notified; serve said:\n%s", s.out)
+	}
+}

@@ -67,6 +67,7 @@ type serverConfig struct {
 	plugins      bool
 	startTimeout time.Duration
 	root         string
+	tui          bool
 }
 
 // WithPassword starts the server with OPENCODE_SERVER_PASSWORD, so every route needs HTTP
@@ -130,6 +131,17 @@ func WithMCP(name string, cfg opencode.MCPConfig) ServerOption {
 	return serverOptionFunc(func(c *serverConfig) { c.mcp[name] = cfg })
 }
 
+// WithTUI runs OpenCode's terminal UI, `opencode --port N`, instead of `opencode serve`: the
+// TUI in a pseudo-terminal (util-linux script(1), which Unix systems have), with its server
+// listening on the port, as a user runs OpenCode when a program is to reach its server. The
+// server answers the same API; the tests that use it check what a TUI user sees from
+// programs beside it. script gives the TUI a session of its own: stopping script's process
+// group (Close, Kill) hangs up the terminal, which ends the TUI. Unix only: NewServer fails
+// elsewhere or without script.
+func WithTUI() ServerOption {
+	return serverOptionFunc(func(c *serverConfig) { c.tui = true })
+}
+
 // WithStartTimeout bounds how long NewServer waits for the server to answer. Defaults to 60s.
 func WithStartTimeout(d time.Duration) ServerOption {
 	return serverOptionFunc(func(c *serverConfig) { c.startTimeout = d })
@@ -157,6 +169,7 @@ type Server struct {
 
 	password     string
 	plugins      bool // without --pure, see WithPlugins
+	tui          bool // the TUI with --port, see WithTUI
 	ownModel     bool
 	ownRoot      string
 	bin          string
@@ -189,8 +202,8 @@ func NewServer(ctx context.Context, opts ...ServerOption) (srv *Server, err erro
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Model: cfg.model, password: cfg.password, plugins: cfg.plugins, bin: bin, startTimeout: cfg.startTimeout,
-		logs: &logBuffer{}}
+	s := &Server{Model: cfg.model, password: cfg.password, plugins: cfg.plugins, tui: cfg.tui, bin: bin,
+		startTimeout: cfg.startTimeout, logs: &logBuffer{}}
 	if s.Model == nil {
 		s.Model, s.ownModel = NewModel(), true
 	}
@@ -242,8 +255,18 @@ func (s *Server) launch(ctx context.Context, port int) error {
 		args = append(args, "--pure")
 	}
 	cmd := exec.Command(s.bin, args...)
+	if s.tui {
+		c, err := tuiCommand(s.bin, append(args[1:len(args):len(args)], "--log-level", "WARN"))
+		if err != nil {
+			return err
+		}
+		cmd = c
+	}
 	cmd.Dir = s.Directory
 	cmd.Env = s.environ()
+	if s.tui {
+		cmd.Env = append(cmd.Env, "TERM=xterm-256color")
+	}
 	mark := s.logs.Len() // the listen line of this process comes after what earlier ones printed
 	cmd.Stdout = s.logs
 	cmd.Stderr = s.logs
@@ -269,6 +292,9 @@ func (s *Server) launch(ctx context.Context, port int) error {
 	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
 	defer cancel()
 	url := ""
+	if s.tui { // the TUI prints no listen line: its server is where it was told
+		url = "http://127.0.0.1:" + strconv.Itoa(port)
+	}
 	for url == "" {
 		if m := listenLine.FindStringSubmatch(s.logs.Since(mark)); m != nil {
 			url = m[1]
@@ -285,7 +311,11 @@ func (s *Server) launch(ctx context.Context, port int) error {
 	s.URL = url
 	c := s.Client()
 	for {
-		v, err := c.Health(ctx)
+		// Each try is bounded: OpenCode never answers a request that reaches it in a moment
+		// while it starts (the TUI listens before that moment is over).
+		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+		v, err := c.Health(hctx)
+		hcancel()
 		if err == nil {
 			s.Version = v
 			return nil
@@ -707,4 +737,18 @@ func (l *logBuffer) Tail(n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// tuiCommand returns the command that runs `bin args…` (the TUI) in a pseudo-terminal of
+// its own: script -q -e -f -c '<command>' /dev/null, the command quoted for the shell.
+func tuiCommand(bin string, args []string) (*exec.Cmd, error) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		return nil, fmt.Errorf("opencodetest: WithTUI needs script(1): %w", err)
+	}
+	words := make([]string, 0, len(args)+1)
+	for _, w := range append([]string{bin}, args...) {
+		words = append(words, "'"+strings.ReplaceAll(w, "'", `'\''`)+"'")
+	}
+	return exec.Command(script, "-q", "-e", "-f", "-c", strings.Join(words, " "), "/dev/null"), nil
 }
