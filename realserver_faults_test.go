@@ -93,6 +93,20 @@ func lastIsAssistant(ctx context.Context, c opencode.Client, id string) bool {
 	return err == nil && len(msgs) == 1 && msgs[0].Info.Role == opencode.RoleAssistant
 }
 
+// waitMidRun waits until every task's session is busy with a step under way.
+func waitMidRun(t *testing.T, ctx context.Context, c opencode.Client, tasks []asyncagents.Task) {
+	t.Helper()
+	waitFor(t, 30*time.Second, func() bool {
+		st, err := c.SessionStatus(ctx, "")
+		for _, tk := range tasks {
+			if _, busy := st[tk.ID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.ID) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // T-23, §8: the server restarts while tasks run. The runs are gone (the sessions are idle
 // and their last steps never finish), so each task ends in error ("interrupted") within a
 // few poll intervals, a blocked Output returns, and each parent is told once per task. Both
@@ -127,15 +141,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 		launch(t, m, p1, "RUN:sleep 30"), // a tool is running
 		launch(t, m, p2, "SLEEP:30"),
 	}
-	waitFor(t, 30*time.Second, func() bool {
-		st, err := c.SessionStatus(ctx, "")
-		for _, tk := range tasks {
-			if _, busy := st[tk.ID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.ID) {
-				return false
-			}
-		}
-		return true
-	})
+	waitMidRun(t, ctx, c, tasks)
 	type result struct {
 		out asyncagents.Output
 		err error
@@ -556,15 +562,7 @@ func TestFaultServerKilledT23(t *testing.T) {
 		launch(t, m, p, "SLEEP:30"),     // the model is streaming
 		launch(t, m, p, "RUN:sleep 30"), // a tool is running
 	}
-	waitFor(t, 30*time.Second, func() bool {
-		st, err := c.SessionStatus(ctx, "")
-		for _, tk := range tasks {
-			if _, busy := st[tk.ID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.ID) {
-				return false
-			}
-		}
-		return true
-	})
+	waitMidRun(t, ctx, c, tasks)
 	oldURL := srv.URL
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
