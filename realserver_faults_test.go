@@ -256,6 +256,11 @@ func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
 	for _, tk := range tasks {
 		out, err := m.Output(ctx, asyncagents.Caller{SessionID: tk.ParentSessionID}, tk.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
 		if err != nil || out.Task.Status != asyncagents.StatusCompleted || !strings.Contains(out.Task.Result, "last output: x") {
+			msgs, _ := srv.Client().Messages(context.Background(), tk.ID, 0)
+			for _, msg := range msgs {
+				b, _ := json.Marshal(msg)
+				t.Logf("  message %.1500s", b)
+			}
 			t.Fatalf("task %s: %+v, %v", tk.Description, out.Task, err)
 		}
 		msgs, _ := c.Messages(ctx, tk.ID, 1)
