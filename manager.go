@@ -224,6 +224,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		case t.Status.Active():
 			m.rq[t.ID] = false
 			m.rqOrder = append(m.rqOrder, t.ID)
+			// Its prompt may have been sent a moment before the host stopped: it is taken
+			// for lost only a grace after this start (see prompt.go).
+			e.sentAt = cfg.clock.Now()
 			if key, limit := cfg.limits.keyOf(t.Model); limit > 0 && t.ResumeCount == 0 {
 				m.limitOf[key] = limit
 				m.running[key]++

@@ -528,3 +528,38 @@ func TestLaunchInParentDirectoryT4a(t *testing.T) {
 		t.Errorf("agents asked for %q, want the parent's directory once", dirs)
 	}
 }
+
+// lostPrompts is a client whose prompt_async requests never reach the server and get no
+// answer, as when the connection breaks on the way.
+type lostPrompts struct{ opencode.Client }
+
+func (lostPrompts) PromptAsync(context.Context, string, opencode.PromptRequest) error {
+	return errors.New("lostPrompts: connection reset")
+}
+
+// T-4, T-19, §8: a launch whose prompt got no answer leaves the task running, not failed;
+// the host then stops before the server has the prompt. The next Manager on the store finds
+// the session idle without it, a grace after it started, sends it under the task's prompt id,
+// and the task completes: the prompt reached the server once.
+func TestPromptLostBeforeHostStoppedT19(t *testing.T) {
+	f := fakeClient(t)
+	store := &asyncagents.MemoryStore{}
+	m1 := newManager(t, lostPrompts{f}, asyncagents.WithStore(store))
+	caller := fakeParent(t, f)
+	task, err := m1.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "RUN:echo once"})
+	if err != nil || task.Status != asyncagents.StatusRunning || task.PromptID == "" {
+		t.Fatalf("launch with its prompt's answer lost = %s %q, %v; want running with a prompt id", task.Status, task.Error, err)
+	}
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
+	asyncagents.SetLossGrace(m2, 200*time.Millisecond)
+	if got := await(t, m2, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: once" {
+		t.Fatalf("after the restart: %s %q %q", got.Status, got.Error, got.Result)
+	}
+	msgs, err := f.Messages(context.Background(), task.ID, 0)
+	if err != nil || len(msgs) < 1 || msgs[0].Info.ID != task.PromptID || len(msgs[0].Parts) != 1 {
+		t.Fatalf("the server's messages = %+v, %v; want the prompt once, under its id", msgs, err)
+	}
+}
