@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -567,10 +568,19 @@ func (m *Manager) busyLocked(e *entry) {
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
 }
 
+// minSuspect is how long a run must be seen idle with the same unfinished last step, or
+// without its prompt, before it is decided so: OpenCode 1.18.33 writes a run's first
+// assistant message some tens of milliseconds before it lists the session as busy, so one
+// look at an idle session with an unfinished step proves nothing.
+const minSuspect = time.Second
+
 // confirmUnfinished decides a run whose session was seen idle while its last step had not
-// finished. If the server still reports the session idle, the step will never finish (the
-// server stopped mid-run: a restart or a crash), unless it finished meanwhile: the messages
-// are read once more to tell.
+// finished (or its prompt was not there). If the server still reports the session idle, the
+// step will never finish (the server stopped mid-run: a restart or a crash), unless it
+// finished meanwhile: the messages are read once more to tell. A verdict that rests on the
+// session being idle (interrupted, halted, unsent) stands only when an earlier look, at least
+// minSuspect before, saw the same: until then the run stays undecided and the status poll
+// looks again.
 func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	m.mu.Lock()
 	id, dir := e.task.ID, e.task.Directory
@@ -592,7 +602,25 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 		return manager.Verdict{}
 	}
 	run.Confirmed = true
-	return manager.Decide(msgs, run)
+	v := manager.Decide(msgs, run)
+	if v.Outcome != manager.Unsent && (v.Outcome != manager.Failed || v.Error != manager.Interrupted && v.Error != manager.HaltedAfterToolCall) {
+		return v
+	}
+	seen := strconv.Itoa(int(v.Outcome)) + v.Error
+	if n := len(msgs); n > 0 {
+		last := &msgs[n-1].Info
+		seen += "\x00" + last.ID + "\x00" + last.Finish + "\x00" + strconv.FormatInt(last.Time.Completed, 10)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if e.suspect == seen && now.Sub(e.suspectAt) >= minSuspect {
+		return v
+	}
+	if e.suspect != seen {
+		e.suspect, e.suspectAt = seen, now
+	}
+	return manager.Verdict{}
 }
 
 // progressLocked counts a tool part the first time it is seen.

@@ -274,3 +274,51 @@ func reconcilers() int {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// laggingStatus is a client whose GET /session/status lists a session as busy only from lag
+// after its prompt was sent, as OpenCode 1.18.33 lists it some tens of milliseconds after the
+// run's first assistant message exists; and which has no event stream, so that the status
+// poll decides.
+type laggingStatus struct {
+	*opencodetest.FakeClient
+	lag  time.Duration
+	mu   sync.Mutex
+	sent map[string]time.Time
+}
+
+func (c *laggingStatus) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
+	c.mu.Lock()
+	c.sent[id] = time.Now()
+	c.mu.Unlock()
+	return c.FakeClient.PromptAsync(ctx, id, req)
+}
+
+func (c *laggingStatus) SessionStatus(ctx context.Context, dir string) (map[string]opencode.SessionStatus, error) {
+	st, err := c.FakeClient.SessionStatus(ctx, dir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range st {
+		if time.Since(c.sent[id]) < c.lag {
+			delete(st, id)
+		}
+	}
+	return st, err
+}
+
+func (*laggingStatus) Events(context.Context) (opencode.EventStream, error) {
+	return nil, errors.New("laggingStatus: no event stream")
+}
+
+// T-23: a run whose session the server does not list as busy yet while its first step is
+// streaming is not taken for interrupted: an idle session with an unfinished step must be
+// seen so twice, a second apart, before the run ends in error.
+func TestYoungRunNotInterruptedT23(t *testing.T) {
+	f := fakeClient(t)
+	c := &laggingStatus{FakeClient: f, lag: 600 * time.Millisecond, sent: map[string]time.Time{}}
+	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "SLEEP:2 done")
+	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+		t.Fatalf("a run whose status lags its first step: %s %q", got.Status, got.Error)
+	}
+}

@@ -53,7 +53,11 @@ type entry struct {
 	sending bool
 	sentAt  time.Time
 	sends   int
-	sessErr string // the last session.error of this run
+	// suspect is what a confirmed-idle look last found against the run (see
+	// confirmUnfinished), first at suspectAt.
+	suspect   string
+	suspectAt time.Time
+	sessErr   string // the last session.error of this run
 
 	// While the status poll finds the session idle and the run undecided, its messages are
 	// read again at recheckAt, with a delay that doubles up to maxRecheck.

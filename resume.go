@@ -105,6 +105,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	e.baseline, e.seenBusy, e.sessErr, e.aborting = "", false, "", nil
 	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
+	e.suspect = ""
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
 	}
