@@ -432,6 +432,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 	})
 	b := fakeParent(t, c)
 	tb := launch(t, m, b, "RUN:echo b")
+	await(t, m, b, tb.ID)
 	if !testmain.Eventually(5*time.Second, func() bool { return delivered(m, tb.ID) }) {
 		tk, _ := m.Get(tb.ID)
 		t.Errorf("B's notification not delivered 5 s after its task ended (%s) while %d parents hang: %+v", tk.Status, hung, note(m, tb.ID))

@@ -176,10 +176,18 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 
 // ownServer starts a server for a test that aborts or deletes busy sessions: after that,
 // OpenCode 1.18.33 now and then fails the next prompts on the same server ("All fibers
-// interrupted" in SessionPrompt.getModel), which would fail unrelated tests.
+// interrupted" in SessionPrompt.getModel), which would fail unrelated tests. The server has
+// answered one prompt before it is returned: on a loaded machine, the first prompts sent at
+// once to a fresh server can fail the same way while it loads its model.
 func ownServer(t *testing.T) *opencodetest.Server {
 	t.Helper()
-	return opencodetest.Start(t)
+	srv := opencodetest.Start(t)
+	c := srv.Client()
+	warm := newSession(t, c, "warm-up")
+	if _, err := c.Prompt(ctxT(t, 60*time.Second), warm.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("hello")}}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
 
 // waitFor waits until cond holds, failing the test after d.
@@ -506,7 +514,7 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	parent := newSession(t, c, "watchdog parent")
 	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
-		asyncagents.WithStaleTimeout(4*time.Second))
+		asyncagents.WithStaleTimeout(8*time.Second)) // the streaming tool's 0.5 s gaps grow on a loaded machine
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	streaming, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "streams", Agent: "general",
 		Prompt: "RUN:for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.5; done"})
