@@ -53,3 +53,7 @@ func echo(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// ErrLagged is what [Subscription.Err] returns after the Manager dropped a subscriber that
+// fell a whole buffer behind. Read the tasks again and subscribe anew.
+var ErrLagged = errors.New("asyncagents: subscriber fell behind")

@@ -6,15 +6,15 @@ import "time"
 
 // StreamDecided returns how many runs m completed from what the event stream carried of
 // them, without reading their messages.
-func StreamDecided(m *Manager) int64 { return m.streamDecided.Load() }
+func StreamDecided(m *Manager) int64 { return m.mirrors.decided.Load() }
 
 // StreamLive reports whether m's event stream is connected and has delivered an event: runs
 // launched from now on are followed on it.
-func StreamLive(m *Manager) bool { return m.live.Load() != 0 }
+func StreamLive(m *Manager) bool { return m.mirrors.live.Load() != 0 }
 
 // ReplayAlways makes m decide every run the event stream carried whole from its frames,
 // however fast the server answers. Call it before launching.
-func ReplayAlways(m *Manager) { m.replayFrom.Store(0) }
+func ReplayAlways(m *Manager) { m.mirrors.replayFrom.Store(0) }
 
 // SetLossGrace sets how long after a prompt_async m takes its message's absence for a loss
 // (see prompt.go and notify.go). Call it before launching.

@@ -3,7 +3,6 @@ package asyncagents
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 )
@@ -48,11 +47,15 @@ func (l Limits) keyOf(model string) (key string, limit int) {
 	return "default", l.Default
 }
 
-// WithConcurrency sets how many tasks may run at once (see [Limits]). Defaults to no limit;
-// limits must not be negative.
-func WithConcurrency(l Limits) Option {
-	l.Providers, l.Models = maps.Clone(l.Providers), maps.Clone(l.Models)
-	return optionFunc(func(cfg *config) { cfg.limits = l })
+// slots is the part of the Manager that bounds what runs: per concurrency limit, the runs
+// holding a slot (running), the tasks queued for one in launch order (waiting) and the limit
+// itself (limitOf); per parent session, its active tasks and launches on their way
+// (activeOf, for WithMaxActivePerParent). Under Manager.mu.
+type slots struct {
+	running  map[string]int
+	waiting  map[string][]*entry
+	limitOf  map[string]int
+	activeOf map[string]int
 }
 
 // slotLocked decides whether e may start now: it takes a slot of e's limit and reports
@@ -62,13 +65,13 @@ func (m *Manager) slotLocked(e *entry) bool {
 	if limit == 0 {
 		return true
 	}
-	m.limitOf[key] = limit
-	if m.running[key] < limit && len(m.waiting[key]) == 0 {
-		m.running[key]++
+	m.slots.limitOf[key] = limit
+	if m.slots.running[key] < limit && len(m.slots.waiting[key]) == 0 {
+		m.slots.running[key]++
 		e.slot = key
 		return true
 	}
-	m.waiting[key] = append(m.waiting[key], e)
+	m.slots.waiting[key] = append(m.slots.waiting[key], e)
 	return false
 }
 
@@ -79,24 +82,24 @@ func (m *Manager) releaseLocked(e *entry) []*entry {
 	key := e.slot
 	if key == "" {
 		key, _ = m.cfg.limits.keyOf(e.task.Model)
-		if i := slices.Index(m.waiting[key], e); i >= 0 {
-			m.waiting[key] = slices.Delete(m.waiting[key], i, i+1)
+		if i := slices.Index(m.slots.waiting[key], e); i >= 0 {
+			m.slots.waiting[key] = slices.Delete(m.slots.waiting[key], i, i+1)
 		}
 		return nil
 	}
 	e.slot = ""
-	m.running[key]--
+	m.slots.running[key]--
 	return m.startableLocked(key)
 }
 
 // startableLocked takes the tasks waiting for key that fit in its limit now.
 func (m *Manager) startableLocked(key string) []*entry {
-	limit := m.limitOf[key]
+	limit := m.slots.limitOf[key]
 	var start []*entry
-	for len(m.waiting[key]) > 0 && (limit == 0 || m.running[key] < limit) {
-		e := m.waiting[key][0]
-		m.waiting[key] = m.waiting[key][1:]
-		m.running[key]++
+	for len(m.slots.waiting[key]) > 0 && (limit == 0 || m.slots.running[key] < limit) {
+		e := m.slots.waiting[key][0]
+		m.slots.waiting[key] = m.slots.waiting[key][1:]
+		m.slots.running[key]++
 		e.slot = key
 		e.task.Status, e.task.Started = StatusRunning, m.now()
 		m.changedLocked(e)
@@ -108,7 +111,7 @@ func (m *Manager) startableLocked(key string) []*entry {
 // queuePositionLocked returns e's place in its queue, from 1, or 0.
 func (m *Manager) queuePositionLocked(e *entry) int {
 	key, _ := m.cfg.limits.keyOf(e.task.Model)
-	return slices.Index(m.waiting[key], e) + 1
+	return slices.Index(m.slots.waiting[key], e) + 1
 }
 
 // startQueued sends the prompts of queued tasks that got a slot. A Close in the middle does
@@ -132,18 +135,18 @@ func (m *Manager) startQueued(start []*entry) {
 // reserveLocked counts one more active task of parent — a launch on its way, or a resume —
 // or returns ErrTaskLimit when parent has as many as WithMaxActivePerParent allows.
 func (m *Manager) reserveLocked(parent string) error {
-	if n := m.activeOf[parent]; m.cfg.perParent > 0 && n >= m.cfg.perParent {
+	if n := m.slots.activeOf[parent]; m.cfg.perParent > 0 && n >= m.cfg.perParent {
 		return fmt.Errorf("%w: this session has %d active tasks (queued, running or resumed), the most this host allows; "+
 			"wait for one to end (a notification comes) or cancel one", ErrTaskLimit, n)
 	}
-	m.activeOf[parent]++
+	m.slots.activeOf[parent]++
 	return nil
 }
 
 // unreserveLocked counts one active task of parent fewer: a run ended, a task was removed
 // while active, or a launch failed before its task counted.
 func (m *Manager) unreserveLocked(parent string) {
-	if m.activeOf[parent]--; m.activeOf[parent] <= 0 {
-		delete(m.activeOf, parent)
+	if m.slots.activeOf[parent]--; m.slots.activeOf[parent] <= 0 {
+		delete(m.slots.activeOf, parent)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,20 @@ import (
 // host, which slows every answer, does not make an in-process Client look remote.
 const replayFrom = 250 * time.Microsecond
 
+// mirrors is the part of the Manager that follows runs on the event stream: per task session,
+// the log of its current run, written under Manager.mu and mu and read under mu alone by the
+// goroutine reading the stream; the numbers of the stream's connections (epoch) and of the
+// one delivering events (live, 0 while none does); how many runs were completed from their
+// logs; and the server's quickest answer with the threshold of replays (replayFrom).
+type mirrors struct {
+	mu          sync.RWMutex
+	logs        map[string]*runLog
+	epoch, live atomic.Uint64
+	decided     atomic.Int64
+	quickest    quickest
+	replayFrom  atomic.Int64
+}
+
 // quickest is the shortest time the server has taken to answer the Manager's session
 // creations and message reads, in nanoseconds; 0 before the first answer.
 type quickest struct{ d atomic.Int64 }
@@ -56,8 +71,8 @@ func (q *quickest) observe(d time.Duration) {
 // replays reports whether runs are decided from their frames: the server has answered, and
 // never within replayFrom.
 func (m *Manager) replays() bool {
-	d := m.quickest.d.Load()
-	return d != 0 && time.Duration(d) >= time.Duration(m.replayFrom.Load())
+	d := m.mirrors.quickest.d.Load()
+	return d != 0 && time.Duration(d) >= time.Duration(m.mirrors.replayFrom.Load())
 }
 
 // hashSeed hashes the message.updated events of mirrors, to skip repeated ones.
@@ -165,9 +180,9 @@ func (m *Manager) mirrorOf(sid []byte) *runLog {
 	if len(sid) == 0 {
 		return nil
 	}
-	m.mirrorsMu.RLock()
-	defer m.mirrorsMu.RUnlock()
-	return m.mirrors[string(sid)]
+	m.mirrors.mu.RLock()
+	defer m.mirrors.mu.RUnlock()
+	return m.mirrors.logs[string(sid)]
 }
 
 // startMirrorLocked gives e's run, whose prompt is about to be sent, a new log, when runs
@@ -177,20 +192,20 @@ func (m *Manager) startMirrorLocked(e *entry) {
 	if !m.replays() {
 		return
 	}
-	e.mirror = &runLog{epoch: m.live.Load(), baseline: e.baseline}
-	m.mirrorsMu.Lock()
-	m.mirrors[e.task.ID] = e.mirror
-	m.mirrorsMu.Unlock()
+	e.mirror = &runLog{epoch: m.mirrors.live.Load(), baseline: e.baseline}
+	m.mirrors.mu.Lock()
+	m.mirrors.logs[e.task.ID] = e.mirror
+	m.mirrors.mu.Unlock()
 }
 
 // dropMirrorLocked forgets the log of e's run, which has ended.
 func (m *Manager) dropMirrorLocked(e *entry) {
 	if e.mirror != nil {
-		m.mirrorsMu.Lock()
-		if m.mirrors[e.task.ID] == e.mirror {
-			delete(m.mirrors, e.task.ID)
+		m.mirrors.mu.Lock()
+		if m.mirrors.logs[e.task.ID] == e.mirror {
+			delete(m.mirrors.logs, e.task.ID)
 		}
-		m.mirrorsMu.Unlock()
+		m.mirrors.mu.Unlock()
 	}
 	e.mirror, e.streamed = nil, nil
 }

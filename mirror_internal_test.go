@@ -165,21 +165,21 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 // server look slow, and a quick answer among slow ones shows the server can answer quickly.
 func TestReplaysWhileTheServerIsSlowT6(t *testing.T) {
 	m := &Manager{}
-	m.replayFrom.Store(int64(replayFrom))
+	m.mirrors.replayFrom.Store(int64(replayFrom))
 	if m.replays() {
 		t.Error("replays before any answer")
 	}
 	for _, d := range []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, replayFrom} {
-		m.quickest.observe(d)
+		m.mirrors.quickest.observe(d)
 		if !m.replays() {
-			t.Fatalf("reads after an answer in %v; quickest %v", d, time.Duration(m.quickest.d.Load()))
+			t.Fatalf("reads after an answer in %v; quickest %v", d, time.Duration(m.mirrors.quickest.d.Load()))
 		}
 	}
-	m.quickest.observe(20 * time.Microsecond)
+	m.mirrors.quickest.observe(20 * time.Microsecond)
 	for range 200 {
-		m.quickest.observe(20 * time.Millisecond)
+		m.mirrors.quickest.observe(20 * time.Millisecond)
 		if m.replays() {
-			t.Fatalf("replays after an answer in 20 µs; quickest %v", time.Duration(m.quickest.d.Load()))
+			t.Fatalf("replays after an answer in 20 µs; quickest %v", time.Duration(m.mirrors.quickest.d.Load()))
 		}
 	}
 }

@@ -3,12 +3,20 @@ package asyncagents
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"time"
 
 	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/hints"
 )
+
+// WithConcurrency sets how many tasks may run at once (see [Limits]). Defaults to no limit;
+// limits must not be negative.
+func WithConcurrency(l Limits) Option {
+	l.Providers, l.Models = maps.Clone(l.Providers), maps.Clone(l.Models)
+	return optionFunc(func(cfg *config) { cfg.limits = l })
+}
 
 // Clock tells time for polling, timeouts, backoff and durations. The default is the system
 // clock; tests inject a fake one with [WithClock].
@@ -20,7 +28,8 @@ type Clock interface {
 
 type systemClock struct{}
 
-func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
+
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Defaults of the options of [New] and [Manager.Output].

@@ -5,10 +5,57 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/opencode"
 )
+
+// quietPermissions is how long a busy task may go without an event before the poll looks
+// for a permission request it may have missed (an event lost while the stream was
+// reconnecting).
+const quietPermissions = 5 * time.Second
+
+// catchUpPermissions reads the pending permission requests (GET /permission) of the
+// directories with active tasks — with quietOnly, only of those with a busy task that has
+// been without events for quietPermissions — and applies those of task sessions as their
+// permission.asked events would have been.
+func (m *Manager) catchUpPermissions(quietOnly bool) {
+	m.mu.Lock()
+	now := m.now()
+	dirs := map[string]bool{}
+	for _, e := range m.tasks {
+		if !e.task.Status.Active() || e.task.Permission != nil {
+			continue
+		}
+		last := e.task.Started
+		if e.active.After(last) {
+			last = e.active
+		}
+		if !quietOnly || e.seenBusy && now.Sub(last) >= quietPermissions {
+			dirs[e.task.Directory] = true
+		}
+	}
+	m.mu.Unlock()
+	for dir := range dirs {
+		ctx, cancel := m.quickCtx()
+		reqs, err := m.client.Permissions(ctx, dir)
+		cancel()
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.cfg.logger.Warn("asyncagents: list permission requests", "directory", dir, "err", err)
+			}
+			continue
+		}
+		m.mu.Lock()
+		for _, r := range reqs {
+			if e := m.tasks[r.SessionID]; e != nil && e.task.Status.Active() {
+				m.permissionAskedLocked(e, PendingPermission{ID: r.ID, Permission: r.Permission, Patterns: r.Patterns})
+			}
+		}
+		m.mu.Unlock()
+	}
+}
 
 // PermissionReply is how a task session's permission request is answered.
 type PermissionReply string

@@ -1,9 +1,7 @@
 package asyncagents
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 )
 
 // DefaultSubscriptionBuffer is the number of changes a [Subscription] holds for its reader
@@ -12,10 +10,6 @@ const DefaultSubscriptionBuffer = 256
 
 // MaxSubscriptionBuffer bounds the buffer of one [Subscription].
 const MaxSubscriptionBuffer = 1 << 16
-
-// ErrLagged is what [Subscription.Err] returns after the Manager dropped a subscriber that
-// fell a whole buffer behind. Read the tasks again and subscribe anew.
-var ErrLagged = errors.New("asyncagents: subscriber fell behind")
 
 // Change is one change of one task, as a [Subscription] delivers it.
 type Change struct {
@@ -76,40 +70,18 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 		return nil, nil, ErrClosed
 	}
 	s := &Subscription{m: m, c: make(chan Change, buffer)}
-	if m.subs == nil {
-		m.subs = map[*Subscription]struct{}{}
+	if m.feed.subs == nil {
+		m.feed.subs = map[*Subscription]struct{}{}
 	}
-	m.subs[s] = struct{}{}
+	m.feed.subs[s] = struct{}{}
 	return s, m.allLocked(""), nil
 }
 
-// ListAll returns every task of the Manager, whatever its parent, newest first; with a
-// status, only the tasks in that status. Unlike [Manager.List] it is meant for the host (a
-// status page, a command line), not for a model. It returns [ErrInvalidInput] for an
-// unknown status and [ErrClosed] after Close.
-func (m *Manager) ListAll(status Status) ([]Task, error) {
-	if status != "" && !status.valid() {
-		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
-	}
-	return m.allLocked(status), nil
-}
-
-// allLocked returns the tasks in status ("" for all), newest first.
-func (m *Manager) allLocked(status Status) []Task {
-	out := make([]Task, 0, len(m.tasks))
-	for _, e := range m.tasks {
-		if status == "" || e.task.Status == status {
-			out = append(out, m.viewLocked(e))
-		}
-	}
-	// OpenCode's session ids sort newest first.
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+// feed is the part of the Manager behind Subscribe: the number of changes so far
+// (Change.Seq) and the live subscriptions. Under Manager.mu.
+type feed struct {
+	seq  uint64
+	subs map[*Subscription]struct{}
 }
 
 // changedLocked records a change of e: a new version to save, and a Change for the
@@ -122,12 +94,12 @@ func (m *Manager) changedLocked(e *entry) {
 // publishLocked sends the current state of e to every subscriber that has room, and drops
 // those that have none.
 func (m *Manager) publishLocked(e *entry, removed bool) {
-	m.seq++
-	if len(m.subs) == 0 {
+	m.feed.seq++
+	if len(m.feed.subs) == 0 {
 		return
 	}
-	c := Change{Seq: m.seq, Task: m.viewLocked(e), Removed: removed}
-	for s := range m.subs {
+	c := Change{Seq: m.feed.seq, Task: m.viewLocked(e), Removed: removed}
+	for s := range m.feed.subs {
 		select {
 		case s.c <- c:
 		default:
@@ -138,13 +110,10 @@ func (m *Manager) publishLocked(e *entry, removed bool) {
 
 // endSubLocked ends s with err unless it has ended already.
 func (m *Manager) endSubLocked(s *Subscription, err error) {
-	if _, ok := m.subs[s]; !ok {
+	if _, ok := m.feed.subs[s]; !ok {
 		return
 	}
-	delete(m.subs, s)
+	delete(m.feed.subs, s)
 	s.err = err
 	close(s.c)
 }
-
-// ToolPrefix returns the prefix of the Manager's tool names ([WithToolPrefix]).
-func (m *Manager) ToolPrefix() string { return m.cfg.toolPrefix }

@@ -1,0 +1,126 @@
+package asyncagents
+
+import (
+	"context"
+	"fmt"
+)
+
+// Cancel aborts the caller's running or resumed task (POST /session/{id}/abort), or takes a
+// queued one out of its queue, marks it [StatusCancelled] and notifies the parent. It returns the cancelled task. Errors, each
+// leaving the task unchanged: [ErrNotRunning] for a task in any other state,
+// [ErrInvalidInput], [ErrTaskNotFound], [ErrAmbiguousID], [ErrClosed], and the server's
+// error when the abort request fails.
+func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, error) {
+	if err := m.begin(); err != nil {
+		return Task{}, err
+	}
+	defer m.ops.Done()
+	e, err := m.lookup(caller, id)
+	if err != nil {
+		return Task{}, err
+	}
+	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount
+	if st.Terminal() {
+		m.mu.Unlock()
+		return Task{}, fmt.Errorf("%w: only running or queued tasks can be cancelled; %s is %s", ErrNotRunning, tid, st)
+	}
+	m.mu.Unlock()
+	if st == StatusQueued { // nothing runs on the server yet
+		m.finish(e, rc, StatusCancelled, "", "cancelled")
+		return m.snapshot(e), nil
+	}
+	if err := m.abortAs(ctx, e, rc, runEnd{StatusCancelled, "cancelled"}); err != nil {
+		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
+	}
+	return m.snapshot(e), nil
+}
+
+// ClearResult reports what [Manager.Clear] did.
+type ClearResult struct {
+	Aborted int // active tasks whose sessions were aborted
+	Removed int // tasks removed from the Manager and its store
+}
+
+// Clear aborts the caller's active tasks (POST /session/{id}/abort) and removes all the
+// caller's tasks from the Manager and its store. Tasks of other parents are untouched. An
+// abort that fails is logged and the task is removed all the same; a blocked Output on a
+// removed task returns [ErrTaskNotFound]. Errors: [ErrInvalidInput] (an empty caller),
+// [ErrClosed], or the store's Delete error (the tasks are gone from the Manager).
+func (m *Manager) Clear(ctx context.Context, caller Caller) (ClearResult, error) {
+	if err := checkCaller(caller); err != nil {
+		return ClearResult{}, err
+	}
+	return m.clear(ctx, func(parent string) bool { return parent == caller.SessionID })
+}
+
+// ClearAll aborts every active task and removes every task, whatever its parent: for
+// shutdown and admin use. It works as [Manager.Clear].
+func (m *Manager) ClearAll(ctx context.Context) (ClearResult, error) {
+	return m.clear(ctx, func(string) bool { return true })
+}
+
+func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (ClearResult, error) {
+	if err := m.begin(); err != nil {
+		return ClearResult{}, err
+	}
+	defer m.ops.Done()
+	m.mu.Lock()
+	var active, ids []string
+	var removed, start []*entry
+	for id, e := range m.tasks {
+		if !match(e.task.ParentSessionID) {
+			continue
+		}
+		if e.task.Status.Active() {
+			active = append(active, id)
+		}
+		ids = append(ids, id)
+		removed = append(removed, e)
+		start = append(start, m.removeLocked(e)...)
+	}
+	m.mu.Unlock()
+	m.startQueued(start)
+	var res ClearResult
+	for _, id := range active {
+		if err := m.client.Abort(ctx, id); err != nil {
+			m.cfg.logger.Warn("asyncagents: abort on clear", "task", id, "err", err)
+			continue
+		}
+		res.Aborted++
+	}
+	for _, e := range removed { // a barrier: saves in flight land before the delete, later ones see e.removed
+		e.saveMu.Lock()
+		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
+	}
+	res.Removed = len(ids)
+	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
+		return res, fmt.Errorf("asyncagents: delete tasks: %w", err)
+	}
+	return res, nil
+}
+
+// removeLocked forgets a task; a blocked Output on it returns at once. It returns the queued
+// tasks that can start in the slot it freed (see startQueued).
+func (m *Manager) removeLocked(e *entry) []*entry {
+	id := e.task.ID
+	m.publishLocked(e, true)
+	delete(m.tasks, id)
+	delete(m.recon.rq, id)
+	m.dropMirrorLocked(e)
+	m.reg.Remove(id)
+	e.removed = true
+	if b := m.batches[e.task.BatchID]; b != nil {
+		b.total--
+		if !e.task.Status.Terminal() {
+			b.active--
+			m.unreserveLocked(e.task.ParentSessionID)
+		}
+		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
+	}
+	select {
+	case <-e.done:
+	default:
+		close(e.done)
+	}
+	return m.releaseLocked(e)
+}

@@ -1,0 +1,222 @@
+package asyncagents
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// OutputOptions select how [Manager.Output] waits and what it returns.
+type OutputOptions struct {
+	// Block waits until the task ends or Timeout passes.
+	Block bool
+	// Timeout bounds a blocking wait. Zero means [DefaultOutputTimeout]; more than
+	// [MaxOutputTimeout] is clamped to it; negative is [ErrInvalidInput].
+	Timeout time.Duration
+
+	// FullSession also returns the task session's messages (Output.Messages): the last
+	// MessageLimit of them, or with SinceMessageID the first MessageLimit after that message.
+	// [FormatMessages] renders them; IncludeThinking and IncludeToolResults say what it shows.
+	FullSession bool
+	// SinceMessageID, with FullSession, returns only the messages after this one, which must
+	// be a message of the task's session ([ErrInvalidInput] otherwise).
+	SinceMessageID string
+	// MessageLimit, with FullSession, bounds how many messages are returned: 1 to
+	// [MaxMessageLimit]; 0 means [DefaultMessageLimit].
+	MessageLimit int
+	// IncludeThinking shows reasoning parts, and IncludeToolResults tool outputs and errors,
+	// in [FormatMessages].
+	IncludeThinking, IncludeToolResults bool
+}
+
+// Bounds of OutputOptions.MessageLimit.
+const (
+	DefaultMessageLimit = 20
+	MaxMessageLimit     = 100
+)
+
+// Output is what [Manager.Output] returns.
+type Output struct {
+	// Task is the task: with its Result when completed, its Error when failed or cancelled,
+	// and its Progress while active.
+	Task Task
+	// TimedOut reports that a blocking wait ended by its timeout while the task was active.
+	TimedOut bool
+	// Messages are the session's messages asked for with FullSession, oldest first, and
+	// MoreMessages reports that more come after them (with SinceMessageID) or before them.
+	Messages     []opencode.Message
+	MoreMessages bool
+}
+
+// Output returns the caller's task id: the full id, the id without "ses_", or a unique
+// prefix of at least 4 characters after "ses_". A completed result is marked retrieved
+// (Task.Retrieved). It reads no messages from the server, except with FullSession: then it
+// reads the session's messages newest first in pages (GET /session/{id}/message?limit&before),
+// only as far back as needed.
+//
+// With Block it first waits until the task ends, the timeout passes (not an error: TimedOut
+// is set), ctx ends (returning ctx.Err(); nothing changes) or the Manager closes
+// ([ErrClosed]). A task cleared while waited on gives [ErrTaskNotFound]. Other errors:
+// [ErrInvalidInput] (an empty id or caller, a negative timeout, a message limit out of range,
+// an unknown SinceMessageID), [ErrTaskNotFound], [ErrAmbiguousID], or the server's error
+// reading the messages.
+func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts OutputOptions) (Output, error) {
+	if opts.Timeout < 0 {
+		return Output{}, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
+	}
+	if opts.MessageLimit < 0 || opts.MessageLimit > MaxMessageLimit {
+		return Output{}, fmt.Errorf("%w: message limit %d must be 1 to %d", ErrInvalidInput, opts.MessageLimit, MaxMessageLimit)
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultOutputTimeout
+	}
+	timeout = min(timeout, MaxOutputTimeout)
+	e, err := m.lookup(caller, id)
+	if err != nil {
+		return Output{}, err
+	}
+	done := e.done
+	wait := opts.Block && !isClosed(done)
+	if wait {
+		e.waiters++
+	}
+	m.mu.Unlock()
+
+	timedOut := false
+	if wait {
+		var stopped error
+		select {
+		case <-done:
+		case <-m.cfg.clock.After(timeout):
+			timedOut = true
+		case <-ctx.Done():
+			stopped = ctx.Err()
+		case <-m.stop:
+			stopped = ErrClosed
+		}
+		counted := true // in e.waiters when the run ended
+		if !isClosed(done) {
+			m.mu.Lock()
+			if !isClosed(done) {
+				e.waiters--
+				counted = false
+			}
+			m.mu.Unlock()
+		}
+		if t, ok := takeEnd(e, done, counted); ok { // finish left the task as the run ended
+			return m.output(ctx, Output{Task: t}, opts)
+		}
+		if stopped != nil {
+			return Output{}, stopped
+		}
+	}
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return Output{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, e.task.ID)
+	}
+	save := false
+	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+		e.task.Retrieved = m.now()
+		m.changedLocked(e)
+		save = true
+	}
+	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
+	m.mu.Unlock()
+	if save {
+		m.persist(e)
+	}
+	return m.output(ctx, out, opts)
+}
+
+// output adds the session's messages to out when opts ask for them.
+func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (Output, error) {
+	if opts.FullSession {
+		var err error
+		out.Messages, out.MoreMessages, err = m.sessionMessages(ctx, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
+		if err != nil {
+			return Output{}, err
+		}
+	}
+	return out, nil
+}
+
+// takeEnd returns, to a blocked Output whose wait on done ended, a copy of the task as the run
+// ended, when finish left it one: the run ended while the Output was counted in e.waiters.
+func takeEnd(e *entry, done chan struct{}, counted bool) (Task, bool) {
+	if !counted {
+		return Task{}, false
+	}
+	v := e.ended.Load()
+	if v == nil || v.done != done {
+		return Task{}, false
+	}
+	t := v.task.clone()
+	if v.left.Add(-1) == 0 {
+		e.ended.CompareAndSwap(v, nil)
+	}
+	return t, true
+}
+
+// endWaitsLocked serves the Outputs blocked on e's run, which has just ended, so that they
+// need not take m.mu again when they wake (with thousands of them, every one would queue for
+// it): it marks a completed result retrieved, as each of them would, and leaves them the task
+// as it is now.
+func (m *Manager) endWaitsLocked(e *entry) {
+	if e.waiters == 0 {
+		return
+	}
+	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+		e.task.Retrieved = m.now()
+		m.changedLocked(e)
+	}
+	v := &endView{done: e.done, task: m.viewLocked(e)}
+	v.left.Store(int64(e.waiters))
+	e.ended.Store(v)
+	e.waiters = 0
+}
+
+// sessionMessages returns the last limit messages of session id, or, after since, the first
+// limit after it, reading pages newest first.
+func (m *Manager) sessionMessages(ctx context.Context, id, since string, limit int) ([]opencode.Message, bool, error) {
+	if since == "" {
+		msgs, next, err := m.client.MessagesBefore(ctx, id, limit, "")
+		if err != nil {
+			return nil, false, fmt.Errorf("asyncagents: read the messages of %s: %w", id, err)
+		}
+		return msgs, next != "", nil
+	}
+	// after holds the oldest messages (at most limit) newer than the pages read so far.
+	var (
+		after  []opencode.Message
+		more   bool
+		cursor string
+	)
+	for {
+		page, next, err := m.client.MessagesBefore(ctx, id, messagePage, cursor)
+		if err != nil {
+			return nil, false, fmt.Errorf("asyncagents: read the messages of %s: %w", id, err)
+		}
+		i := slices.IndexFunc(page, func(msg opencode.Message) bool { return msg.Info.ID == since })
+		if i < 0 && next == "" {
+			return nil, false, fmt.Errorf("%w: since_message_id %s is not a message of task %s", ErrInvalidInput, echo(since), id)
+		}
+		after = append(page[i+1:], after...) // i = -1: the whole page
+		if len(after) > limit {
+			after, more = after[:limit], true
+		}
+		if i >= 0 {
+			return after, more, nil
+		}
+		cursor = next
+	}
+}
+
+// messagePage is how many messages sessionMessages asks for at a time when it looks for a
+// message further back.
+const messagePage = 100

@@ -1,0 +1,244 @@
+package asyncagents
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/asyncagents/asyncagents/manager"
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// reconcileWindow is how many of the latest messages a reconcile reads: enough to find
+// the run's final assistant message and the prompt it answers.
+const reconcileWindow = 8
+
+// minSuspect is how long a run must be seen idle with the same unfinished last step, or
+// without its prompt, before it is decided so: OpenCode 1.18.33 writes a run's first
+// assistant message some tens of milliseconds before it lists the session as busy, so one
+// look at an idle session with an unfinished step proves nothing.
+const minSuspect = time.Second
+
+// confirmUnfinished decides a run whose session was seen idle while its last step had not
+// finished (or its prompt was not there). If the server still reports the session idle, the
+// step will never finish (the server stopped mid-run: a restart or a crash), unless it
+// finished meanwhile: the messages are read once more to tell. A verdict that rests on the
+// session being idle (interrupted, halted, unsent) stands only when an earlier look, at least
+// minSuspect before, saw the same: until then the run stays undecided and the status poll
+// looks again.
+func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
+	m.mu.Lock()
+	id, dir := e.task.ID, e.task.Directory
+	m.mu.Unlock()
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	st, err := m.client.SessionStatus(ctx, dir)
+	if err != nil {
+		return manager.Verdict{}
+	}
+	if _, busy := st[id]; busy {
+		m.mu.Lock()
+		m.busyLocked(e)
+		m.mu.Unlock()
+		return manager.Verdict{}
+	}
+	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
+	if err != nil {
+		return manager.Verdict{}
+	}
+	run.Confirmed = true
+	v := manager.Decide(msgs, run)
+	if v.Outcome != manager.Unsent && (v.Outcome != manager.Failed || v.Error != manager.Interrupted && v.Error != manager.HaltedAfterToolCall) {
+		return v
+	}
+	seen := strconv.Itoa(int(v.Outcome)) + v.Error
+	if n := len(msgs); n > 0 {
+		last := &msgs[n-1].Info
+		seen += "\x00" + last.ID + "\x00" + last.Finish + "\x00" + strconv.FormatInt(last.Time.Completed, 10)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if e.suspect == seen && now.Sub(e.suspectAt) >= minSuspect {
+		return v
+	}
+	if e.suspect != seen {
+		e.suspect, e.suspectAt = seen, now
+	}
+	return manager.Verdict{}
+}
+
+// enqueueActive queues every active task for a reconcile.
+func (m *Manager) enqueueActive() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, e := range m.tasks {
+		if e.task.Status.Active() {
+			m.enqueueLocked(id, false)
+		}
+	}
+}
+
+// enqueueLocked queues a reconcile of id once; idle records that the session was seen idle.
+func (m *Manager) enqueueLocked(id string, idle bool) {
+	if was, ok := m.recon.rq[id]; ok {
+		m.recon.rq[id] = was || idle
+		return
+	}
+	m.recon.rq[id] = idle
+	m.recon.order = append(m.recon.order, id)
+	m.wakeReconcilerLocked()
+}
+
+// reconciling is the part of the Manager that reads the messages of sessions that went idle
+// and decides their runs: the queue of sessions to read, and its goroutines, the reconcilers
+// — the resident ones (WithReconcilers) and, while sessions wait to be read with every reader
+// busy, extra ones, up to limit: reconcileBurst times the resident ones, at most
+// maxReconcilers. The extra ones end when the queue is empty. A server answers a burst of
+// reads sooner with more of them in flight; when it is idle, the resident ones are enough.
+// Under Manager.mu.
+type reconciling struct {
+	rq                 map[string]bool // sessions waiting for a read → the session was seen idle
+	order              []string        // the same, in the order they came
+	wake               chan struct{}   // tells a waiting reconciler there is work
+	alive, busy, limit int             // reconcilers running, reading, and at most
+}
+
+// reconcileBurst bounds the extra reconcilers (see reconcilers).
+const reconcileBurst = 16
+
+// wakeReconcilerLocked sees that a reconciler takes the next queued read: it wakes one that
+// waits or, when all are busy, starts an extra one if the limit allows.
+func (m *Manager) wakeReconcilerLocked() {
+	rs := &m.recon
+	if rs.busy >= rs.alive && rs.alive < rs.limit && !isClosed(m.stop) {
+		rs.alive++
+		m.goLoop(func() { m.reconcileLoop(false) })
+		return
+	}
+	select {
+	case m.recon.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) reconcileLoop(resident bool) {
+	rs := &m.recon
+	working := false
+	for {
+		m.mu.Lock()
+		if working {
+			rs.busy--
+		}
+		r, ok := m.nextReconcileLocked()
+		if working = ok; ok {
+			rs.busy++
+			if len(m.recon.order) > 0 { // pass the wake-up on
+				m.wakeReconcilerLocked()
+			}
+		} else if !resident {
+			rs.alive--
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		if ok {
+			m.reconcile(r)
+			continue
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-m.recon.wake:
+		}
+	}
+}
+
+// reconcileJob is a reconcile of run rc of task e, as the queue hands it out.
+type reconcileJob struct {
+	e   *entry
+	id  string
+	rc  int
+	run manager.Run
+	// streamed holds the frames the run's log recorded when the session went idle, when the
+	// stream carried the whole run; nil otherwise.
+	streamed []logFrame
+}
+
+// nextReconcileLocked takes the next queued reconcile of a task that is still active.
+func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
+	for len(m.recon.order) > 0 {
+		id := m.recon.order[0]
+		m.recon.order[0] = ""
+		m.recon.order = m.recon.order[1:]
+		idle, ok := m.recon.rq[id]
+		if !ok {
+			continue
+		}
+		delete(m.recon.rq, id)
+		e := m.tasks[id]
+		if e == nil || !e.task.Status.Active() {
+			continue
+		}
+		streamed := e.streamed
+		e.streamed = nil
+		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
+	}
+	m.recon.order = nil // let a burst's backing array go
+	return reconcileJob{}, false
+}
+
+// reconcile decides whether the run ended: from the messages its mirror had when the session
+// went idle, when they hold a completed reply, else from a read of the task session's latest
+// messages. A panic (in the Client or in deciding) ends the task in StatusError with the
+// panic's value and stack.
+func (m *Manager) reconcile(r reconcileJob) {
+	e, rc, run, id := r.e, r.rc, r.run, r.id
+	defer func() {
+		if r := recover(); r != nil {
+			m.cfg.logger.Error("asyncagents: panic while reconciling", "task", id, "panic", r)
+			m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: panic while reconciling: %v\n%s", r, debug.Stack()))
+		}
+	}()
+
+	if r.streamed != nil && m.replays() {
+		if msgs := replay(r.streamed, run.Baseline); msgs != nil {
+			if v := manager.Decide(msgs, run); v.Outcome == manager.Completed {
+				m.mirrors.decided.Add(1) // before the task shows as completed
+				if !m.finish(e, rc, StatusCompleted, v.Result, "") {
+					m.mirrors.decided.Add(-1)
+				}
+				return
+			}
+		}
+	}
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	asked := time.Now()
+	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
+	m.mirrors.quickest.observe(time.Since(asked))
+	if errors.Is(err, opencode.ErrNotFound) {
+		m.finish(e, rc, StatusCancelled, "", "session deleted")
+		return
+	}
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.cfg.logger.Warn("asyncagents: read task messages", "task", id, "err", err)
+		}
+		return // the poll reads it again
+	}
+	v := manager.Decide(msgs, run)
+	if v.Outcome == manager.Unfinished {
+		v = m.confirmUnfinished(e, run)
+	}
+	switch v.Outcome {
+	case manager.Completed:
+		m.finish(e, rc, StatusCompleted, v.Result, "")
+	case manager.Failed:
+		m.finish(e, rc, StatusError, "", v.Error)
+	case manager.Unsent:
+		m.unsent(e, rc)
+	}
+}

@@ -1,0 +1,76 @@
+package asyncagents
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// watchdog is a task whose deadline or stale timeout fired.
+type watchdog struct {
+	e   *entry
+	rc  int
+	msg string
+}
+
+// expiredLocked reports whether e's run has passed its deadline or been inactive for the
+// stale timeout.
+func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
+	t := &e.task
+	if t.Deadline > 0 && now.Sub(t.Started) >= t.Deadline {
+		return watchdog{e, t.ResumeCount, fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline)}, true
+	}
+	if m.cfg.stale > 0 {
+		last := t.Started
+		if e.active.After(last) {
+			last = e.active
+		}
+		if idle := now.Sub(last); idle >= m.cfg.stale {
+			msg := fmt.Sprintf("stale: no activity for %v (stale timeout %v); the run was aborted", idle.Round(time.Second), m.cfg.stale)
+			if e.retry != "" {
+				msg += "; the session was retrying: " + e.retry
+			}
+			return watchdog{e, t.ResumeCount, msg}, true
+		}
+	}
+	return watchdog{}, false
+}
+
+// expire aborts a run a watchdog fired for and ends it in error.
+func (m *Manager) expire(w watchdog) {
+	ctx, cancel := m.requestCtx()
+	defer cancel()
+	if err := m.abortAs(ctx, w.e, w.rc, runEnd{StatusError, w.msg}); err != nil { // the next poll tries again
+		m.cfg.logger.Warn("asyncagents: abort on a watchdog", "task", w.e.task.ID, "err", err)
+	}
+}
+
+// runEnd is how a run the Manager aborts ends.
+type runEnd struct {
+	status Status
+	msg    string
+}
+
+// abortAs aborts run rc of e (POST /session/{id}/abort) and ends it as end. The end is set
+// before the abort, so the abort's own error, should a reconcile read it first, does not
+// decide the run; a failed abort unsets it.
+func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) error {
+	m.mu.Lock()
+	if e.task.ResumeCount != rc || !e.task.Status.Active() {
+		m.mu.Unlock()
+		return nil
+	}
+	e.aborting = &end
+	id := e.task.ID
+	m.mu.Unlock()
+	if err := m.client.Abort(ctx, id); err != nil {
+		m.mu.Lock()
+		if e.task.ResumeCount == rc {
+			e.aborting = nil
+		}
+		m.mu.Unlock()
+		return err
+	}
+	m.finish(e, rc, end.status, "", end.msg)
+	return nil
+}
