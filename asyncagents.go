@@ -20,9 +20,10 @@ import (
 // subscription (GET /global/event, reconnected with backoff) and one goroutine applying its
 // events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
 // read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
-// empty) and one notifier with up to 32 delivery workers; with [WithPermissionPolicy], one
-// short-lived goroutine per request it answers.
-// [Manager.Close] stops them and waits.
+// empty) and one notifier with up to 32 delivery workers; right after New, one starting the
+// stored queued tasks and one sending the stored follow-ups; with [WithPermissionPolicy], one
+// short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
+// package documentation says what a panic in one of them does.
 type Manager struct {
 	client opencode.Client
 	cfg    config
@@ -156,10 +157,10 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 	}
 	m.start()
 	if len(start) > 0 {
-		m.goLoop(func() { m.startQueued(start) })
+		m.spawn("starting queued tasks", func() { m.startQueued(start) })
 	}
 	if len(followUps) > 0 {
-		m.goLoop(func() {
+		m.spawn("sending queued follow-ups", func() {
 			for _, e := range followUps {
 				m.sendFollowUp(e)
 			}

@@ -92,6 +92,7 @@ func (m *Manager) notifyLoop() {
 			go func() {
 				defer workers.Done()
 				defer func() { <-sem }()
+				defer m.recoverAndLog("a notification worker")
 				next := m.drain(m.ctx, parent)
 				m.mu.Lock()
 				if !next.IsZero() && (retryAt.IsZero() || next.Before(retryAt)) {

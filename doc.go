@@ -93,12 +93,18 @@
 // # Goroutines and panics
 //
 // A Manager is safe for concurrent use. It owns a bounded number of goroutines, whatever the
-// number of tasks — a handful always, and during a burst of run ends up to 64 reading
-// sessions ([WithReconcilers]) and 32 posting notifications, one parent session each — and
-// [Manager.Close] stops them and waits. A panic in one of them — in the
-// [opencode.Client], the [Store] or the Manager itself — does not reach the host: while
-// reading one task's messages it ends that task in [StatusError] with the panic's value and
-// stack; anywhere else it is logged ([WithLogger]) and the goroutine goes on. Methods called
-// by the host run on the host's goroutine and do not recover: a panic in the Client during
-// Launch reaches the caller like any other Go panic.
+// number of tasks: 4 + n always (the event stream, the goroutine applying its events, the
+// status poll, the notifier, and n reconcilers, [WithReconcilers]); during a burst of run ends
+// up to 64 reconcilers in all and 32 notification workers, one parent session each; right
+// after [New], one that starts the stored queued tasks and one that sends the stored
+// follow-ups; with [WithPermissionPolicy], one per permission request being answered.
+// [Manager.Close] stops them all and waits.
+//
+// A panic in one of them — in the [opencode.Client], the [Store], a [PermissionPolicy] or the
+// Manager itself — never reaches the host. Work for one task records it on that task: a read
+// of the task's messages ends it in [StatusError] with the panic's value and stack; a
+// notification attempt counts as failed and is retried. Anything else is logged
+// ([WithLogger]) and the goroutine goes on (a long-lived one starts again a second later).
+// Methods called by the host run on the host's goroutine and do not recover: a panic in the
+// Client during Launch reaches the caller like any other Go panic.
 package asyncagents

@@ -272,7 +272,7 @@ func (p *panicky) Events(ctx context.Context) (opencode.EventStream, error) {
 	return droppingStream{s, func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
 }
 
-// logRecords collects log messages.
+// logRecords collects log messages with their attributes (but stacks).
 type logRecords struct {
 	mu   sync.Mutex
 	msgs []string
@@ -280,9 +280,16 @@ type logRecords struct {
 
 func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != "stack" {
+			msg += " " + a.String()
+		}
+		return true
+	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, r.Message)
+	l.msgs = append(l.msgs, msg)
 	return nil
 }
 func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }

@@ -94,11 +94,8 @@ func (m *Manager) permissionAskedLocked(e *entry, req PendingPermission) {
 	m.changedLocked(e)
 	if m.cfg.permissions != nil {
 		snap, rc := e.task.clone(), e.task.ResumeCount
-		m.wg.Add(1) // m.wg is above zero: the event loop that calls this is counted in it
-		go func() {
-			defer m.wg.Done()
-			m.answerPermission(e, rc, snap, req)
-		}()
+		// m.wg is above zero here: the event loop that calls this is counted in it.
+		m.spawn("answering a permission request", func() { m.answerPermission(e, rc, snap, req) })
 		return
 	}
 	m.waitingLocked(e, req)

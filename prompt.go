@@ -67,10 +67,12 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	req.Model, _ = parseModel(t.Model) // validated at launch
 	m.mu.Unlock()
 
+	defer func() { // also when PromptAsync panics: the send is over either way
+		m.mu.Lock()
+		e.sending, e.sentAt = false, m.now()
+		m.mu.Unlock()
+	}()
 	err := m.client.PromptAsync(ctx, id, req)
-	m.mu.Lock()
-	e.sending, e.sentAt = false, m.now()
-	m.mu.Unlock()
 	var refused *opencode.APIError
 	if err == nil || errors.As(err, &refused) {
 		return err

@@ -115,7 +115,7 @@ func (m *Manager) wakeReconcilerLocked() {
 	rs := &m.recon
 	if rs.busy >= rs.alive && rs.alive < rs.limit && !isClosed(m.stop) {
 		rs.alive++
-		m.goLoop(func() { m.reconcileLoop(false) })
+		m.spawn("a reconciler", func() { m.reconcileLoop(false) })
 		return
 	}
 	select {
