@@ -59,12 +59,16 @@
 //	                     ErrNestingDepth, ErrTaskLimit, ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
-//	Output               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()
+//	Output               ErrInvalidInput (also an unknown SinceMessageID, checked before
+//	                     it waits), ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()
 //	Resume               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrTaskBusy,
 //	                     ErrSessionExpired, ErrTaskLimit, ErrClosed; a follow-up the server
 //	                     refuses leaves the task in StatusError
 //	Cancel               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotRunning, ErrClosed
 //	List                 ErrInvalidInput (unknown status, empty caller), ErrClosed
+//	ListAll              ErrInvalidInput (unknown status), ErrClosed
+//	Subscribe            ErrInvalidInput (buffer out of range), ErrClosed; a subscription
+//	                     that falls behind ends with ErrLagged (Subscription.Err)
 //	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
 //	                     error (the tasks are removed from the Manager all the same)
 //	Get                  ErrTaskNotFound, ErrClosed

@@ -3,6 +3,7 @@ package asyncagents
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -62,8 +63,9 @@ type Output struct {
 // is set), ctx ends (returning ctx.Err(); nothing changes) or the Manager closes
 // ([ErrClosed]). A task cleared while waited on gives [ErrTaskNotFound]. Other errors:
 // [ErrInvalidInput] (an empty id or caller, a negative timeout, a message limit out of range,
-// an unknown SinceMessageID), [ErrTaskNotFound], [ErrAmbiguousID], or the server's error
-// reading the messages.
+// an unknown SinceMessageID: it is looked up first, GET /session/{id}/message/{messageID}),
+// [ErrTaskNotFound], [ErrAmbiguousID], or the server's error reading the messages. The result
+// is marked retrieved only once the messages asked for were read.
 func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts OutputOptions) (Output, error) {
 	if opts.Timeout < 0 {
 		return Output{}, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
@@ -79,6 +81,14 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	e, err := m.lookup(caller, id)
 	if err != nil {
 		return Output{}, err
+	}
+	tid := e.task.ID
+	if opts.FullSession && opts.SinceMessageID != "" {
+		m.mu.Unlock()
+		if err := m.checkSince(ctx, tid, opts.SinceMessageID); err != nil {
+			return Output{}, err
+		}
+		m.mu.Lock()
 	}
 	done := e.done
 	wait := opts.Block && !isClosed(done)
@@ -120,18 +130,50 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 		m.mu.Unlock()
 		return Output{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, e.task.ID)
 	}
-	save := false
-	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
+	m.mu.Unlock()
+	out, err = m.output(ctx, out, opts) // before the result is marked retrieved: a failed read changes nothing
+	if err != nil {
+		return Output{}, err
+	}
+	m.markRetrieved(e, &out.Task)
+	return out, nil
+}
+
+// markRetrieved marks the completed result that t, the copy an Output returns, shows as
+// retrieved, when it was not yet and the task still holds it, and sets the time on t.
+func (m *Manager) markRetrieved(e *entry, t *Task) {
+	if t.Status != StatusCompleted {
+		return
+	}
+	m.mu.Lock()
+	if e.removed || e.task.Status != StatusCompleted || e.task.ResumeCount != t.ResumeCount {
+		m.mu.Unlock()
+		return
+	}
+	save := e.task.Retrieved.IsZero()
+	if save {
 		e.task.Retrieved = m.now()
 		m.changedLocked(e)
-		save = true
 	}
-	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
+	t.Retrieved = e.task.Retrieved
 	m.mu.Unlock()
 	if save {
 		m.persist(e)
 	}
-	return m.output(ctx, out, opts)
+}
+
+// checkSince makes sure session id has the message since (GET /session/{id}/message/{since})
+// before an Output waits or marks anything.
+func (m *Manager) checkSince(ctx context.Context, id, since string) error {
+	_, err := m.client.Message(ctx, id, since)
+	if errors.Is(err, opencode.ErrNotFound) {
+		return fmt.Errorf("%w: since_message_id %s is not a message of task %s", ErrInvalidInput, echo(since), id)
+	}
+	if err != nil {
+		return fmt.Errorf("asyncagents: read message %s of %s: %w", echo(since), id, err)
+	}
+	return nil
 }
 
 // output adds the session's messages to out when opts ask for them.
