@@ -1,7 +1,7 @@
 // Package asyncagentstest is test support for hosts of an [asyncagents.Manager]: code
 // that launches tasks, reads their output or watches them can be tested against a real
 // Manager running on an in-memory OpenCode ([opencodetest.FakeClient]), without a server
-// or a model, in milliseconds.
+// or a model.
 //
 //	func TestReview(t *testing.T) {
 //		client := asyncagentstest.NewFakeClient(t)
