@@ -47,8 +47,12 @@ func failure(t *testing.T, f func(tb asyncagentstest.TB) any) string {
 	return strings.Join(r.failures, "")
 }
 
-// *testing.T is a TB.
-var _ asyncagentstest.TB = (*testing.T)(nil)
+// *testing.T, *testing.B and *testing.F are TBs.
+var (
+	_ asyncagentstest.TB = (*testing.T)(nil)
+	_ asyncagentstest.TB = (*testing.B)(nil)
+	_ asyncagentstest.TB = (*testing.F)(nil)
+)
 
 // NewFakeClient's client is closed when the test ends.
 func TestNewFakeClientClosedAtEnd(t *testing.T) {
