@@ -1,13 +1,25 @@
-// Command forkcontext runs the fork-context pipeline (SPEC §2) on a saved session and
-// prints what a forked child would inherit.
+// Command forkcontext prints what a forked background task would inherit from a saved
+// session: it runs the fork-context pipeline of package fork — the one a Manager runs for
+// a task launched with Fork — on the session's messages.
 //
 //	go run ./examples/forkcontext [-budget N] [-tail-aware] [-json] FILE
 //
 // FILE (or - for standard input) is a JSON array of messages as GET /session/{id}/message
-// returns them, or an `opencode export` document ({"info": …, "messages": […]}). The output
-// is the preamble, a blank line and the context; with -json, one object
-// {"preamble", "context", "stats"} whose stats use the SPEC F-15 keys. Unreadable or invalid
-// input exits with status 2 and a one-line error.
+// returns them, or an `opencode export` document ({"info": …, "messages": […]}).
+//
+// The pipeline keeps what follows the session's latest compaction summary, cuts older tool
+// results (by default the newest 5 stay whole, the next 10 are cut to 3,000 characters and
+// the rest to 500) and drops the oldest messages until the context fits the budget.
+// -budget sets the budget in characters (default 200,000, at least 1,000); -tail-aware
+// keeps the messages a compaction left in place, in the order OpenCode shows them to the
+// model ([fork.WithTailAware]).
+//
+// The output is the preamble (the note that tells the child what was cut), a blank line
+// and the context. With -json it is one object {"preamble", "context", "stats"}, where
+// stats is a [fork.Stats] with its JSON keys: original_messages, final_messages,
+// compaction_detected, compaction_index, tier1, tier2, tier3, truncated_results,
+// head_tail_applied, removed_messages, total_chars and budget_clipped. Unreadable or
+// invalid input exits with status 2 and a one-line error.
 package main
 
 import (
@@ -31,7 +43,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("forkcontext", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	budget := fs.Int("budget", fork.DefaultBudget, "character budget of the context (at least 1000)")
-	tailAware := fs.Bool("tail-aware", false, "keep the compaction tail as OpenCode shows it to the model (F-4)")
+	tailAware := fs.Bool("tail-aware", false, "keep the messages a compaction left in place, as OpenCode shows them to the model")
 	asJSON := fs.Bool("json", false, `print {"preamble", "context", "stats"} as JSON`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: forkcontext [-budget N] [-tail-aware] [-json] FILE|-")

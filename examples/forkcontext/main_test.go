@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,8 +41,13 @@ func TestJSONOutputUsesF15Keys(t *testing.T) {
 	if !strings.Contains(v.Context, "[Tool: bash] {\"command\":\"ls\"}\n[Tool result]\na\nb\n") || v.Preamble == "" {
 		t.Errorf("output = %s", out)
 	}
-	if len(v.Stats) != 12 || v.Stats["final_messages"] != float64(2) {
-		t.Errorf("stats = %v", v.Stats)
+	// The keys the package comment lists, in its order.
+	want := []string{"original_messages", "final_messages", "compaction_detected", "compaction_index",
+		"tier1", "tier2", "tier3", "truncated_results", "head_tail_applied", "removed_messages",
+		"total_chars", "budget_clipped"}
+	got := slices.Sorted(maps.Keys(v.Stats))
+	if !slices.Equal(got, slices.Sorted(slices.Values(want))) || v.Stats["final_messages"] != float64(2) {
+		t.Errorf("stats = %v, want the keys %v", v.Stats, want)
 	}
 }
 
@@ -75,5 +82,39 @@ func TestBadInputExits2WithOneLine(t *testing.T) {
 	}
 	if _, _, code := exec(t, ""); code != 2 {
 		t.Errorf("no FILE: exit %d", code)
+	}
+}
+
+// The budget is 200,000 characters by default and at least 1,000.
+func TestBudgetDefaultAndBound(t *testing.T) {
+	_, usage, code := exec(t, "", "-h")
+	if code != 2 || !strings.Contains(usage, "(default 200000)") {
+		t.Errorf("-h: exit %d, usage %q", code, usage)
+	}
+	if _, errOut, code := exec(t, small, "-budget", "999", "-"); code != 2 {
+		t.Errorf("-budget 999: exit %d, stderr %q", code, errOut)
+	}
+	if _, _, code := exec(t, small, "-budget", "1000", "-"); code != 0 {
+		t.Errorf("-budget 1000: exit %d", code)
+	}
+}
+
+// What follows the latest compaction summary is kept; with -tail-aware, also the messages
+// the compaction left in place (from its tail_start_id on), before the summary.
+func TestCompactionAndTailAware(t *testing.T) {
+	const compacted = `[{"info":{"id":"m0","role":"user"},"parts":[{"type":"text","text":"BEFORE"}]},
+{"info":{"id":"m1","role":"user"},"parts":[{"type":"text","text":"TAIL"}]},
+{"info":{"id":"m2","role":"user"},"parts":[{"type":"compaction","tail_start_id":"m1"}]},
+{"info":{"id":"m3","role":"assistant","summary":true},"parts":[{"type":"text","text":"SUMMARY"}]},
+{"info":{"id":"m4","role":"user"},"parts":[{"type":"text","text":"AFTER"}]}]`
+	plain, _, code := exec(t, compacted, "-")
+	if code != 0 || !strings.Contains(plain, "SUMMARY") || !strings.Contains(plain, "AFTER") ||
+		strings.Contains(plain, "TAIL") || strings.Contains(plain, "BEFORE") {
+		t.Errorf("plain: exit %d, output %q", code, plain)
+	}
+	tail, _, code := exec(t, compacted, "-tail-aware", "-")
+	if code != 0 || strings.Contains(tail, "BEFORE") ||
+		!(strings.Index(tail, "SUMMARY") < strings.Index(tail, "TAIL") && strings.Index(tail, "TAIL") < strings.Index(tail, "AFTER")) {
+		t.Errorf("-tail-aware: exit %d, output %q", code, tail)
 	}
 }
