@@ -126,15 +126,17 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	if e, err = m.register(in, sess, plan, depth); err != nil {
+	start := false
+	if e, start, err = m.register(in, sess, plan, depth); err != nil {
 		return Task{}, err
 	}
 	if plan.injection != "" {
 		if err := m.injectContext(ctx, sess.ID, e.baseline, in.Agent, plan.injection); err != nil {
 			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
 		}
+		start = m.takeSlot(e) // the context is there: the run may take its slot now
 	}
-	if !m.takeSlot(e) {
+	if !start {
 		return m.snapshot(e), nil // queued: it starts when a slot frees (or was cancelled meanwhile)
 	}
 	if err := m.sendPrompt(ctx, e, 0); err != nil {
@@ -215,15 +217,17 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 	return sess, nil
 }
 
-// register records the task of a launch in session sess — queued when its concurrency limit
-// is set, else running —, in its parent's open batch, with the message ids of its context
-// (for a fork) and prompt, and persists it. Its reservation becomes its count.
-func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan, depth int) (*entry, error) {
+// register records the task of a launch in session sess, in its parent's open batch, with
+// the message ids of its context (for a fork) and prompt, and persists it; its reservation
+// becomes its count. It is running, unless its concurrency limit is full: then it is queued
+// and starts when a slot frees. A fork is queued until its context is in its session
+// (takeSlot). start reports whether Launch sends the prompt now.
+func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan, depth int) (e *entry, start bool, err error) {
 	status := StatusRunning
 	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
 		status = StatusQueued // until slotLocked says it may start
 	}
-	e := &entry{done: make(chan struct{}), task: Task{
+	e = &entry{done: make(chan struct{}), task: Task{
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
@@ -233,7 +237,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	m.mu.Lock()
 	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
 		m.mu.Unlock()
-		return nil, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
+		return nil, false, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
 	}
 	e.task.BatchID = sess.ID
 	if open, ok := m.open[in.Caller.SessionID]; ok {
@@ -248,16 +252,21 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	b.total++
 	b.active++
 	m.tasks[sess.ID] = e
+	start = status == StatusRunning
+	if !start && plan.injection == "" && m.slotLocked(e) { // else it waits in the queue
+		e.task.Status, start = StatusRunning, true
+	}
 	m.startMirrorLocked(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
-	return e, nil
+	return e, start, nil
 }
 
-// takeSlot reports whether e's run may start now: it may when it has no concurrency limit,
-// or when a slot of its limit is free (then it is running from now); otherwise it stays
-// queued until one frees. A task cancelled or cleared meanwhile may not.
+// takeSlot reports whether the run of e, a fork whose context is in its session now, may
+// start: it may when it has no concurrency limit, or when a slot of its limit is free (then
+// it is running from now); otherwise it is queued until one frees. A task cancelled or
+// cleared meanwhile may not.
 func (m *Manager) takeSlot(e *entry) bool {
 	m.mu.Lock()
 	switch {

@@ -168,3 +168,29 @@ func TestMaxActivePerParentS5(t *testing.T) {
 		t.Errorf("negative cap: %v", err)
 	}
 }
+
+// T-21: a launch under a concurrency limit with a free slot is running from its first
+// change on (a status page never shows it queued for a moment); one that must wait is queued
+// from its first change until it starts.
+func TestLaunchUnderFreeLimitIsNeverQueuedT21(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+	sub, _, err := m.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	caller := fakeParent(t, f)
+	first, second := launch(t, m, caller, "held"), launch(t, m, caller, "waits")
+	seen := map[string][]asyncagents.Status{}
+	for len(seen[first.ID]) == 0 || len(seen[second.ID]) == 0 {
+		c := <-sub.Changes()
+		seen[c.Task.ID] = append(seen[c.Task.ID], c.Task.Status)
+	}
+	if got := seen[first.ID][0]; got != asyncagents.StatusRunning {
+		t.Errorf("first change of a launch with a free slot: %s, want running", got)
+	}
+	if got := seen[second.ID][0]; got != asyncagents.StatusQueued {
+		t.Errorf("first change of a launch that waits: %s, want queued", got)
+	}
+}
