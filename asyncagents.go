@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -64,19 +63,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil opencode.Client", ErrInvalidInput)
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
-	}
-	if cfg.pipeline == nil {
-		p, err := fork.New()
-		if err != nil {
-			return nil, err
-		}
-		cfg.pipeline = p
 	}
 	m := &Manager{
 		client:    client,
@@ -98,63 +87,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		m.cancel()
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
-	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
-	var pending []noteRef
-	created := map[string]time.Time{}
-	for _, t := range stored {
-		if !m.reg.Add(t.ParentSessionID, t.ID) {
-			continue
-		}
-		e := &entry{task: t, done: make(chan struct{})}
-		if t.Status.Terminal() {
-			close(e.done)
-		}
-		m.tasks[t.ID] = e
-		b := m.batchLocked(t.BatchID)
-		b.total++
-		if !t.Status.Terminal() {
-			b.active++
-			m.open[t.ParentSessionID] = t.BatchID
-			m.slots.activeOf[t.ParentSessionID]++
-		}
-		switch {
-		case t.Status.Active():
-			m.recon.rq[t.ID] = false
-			m.recon.order = append(m.recon.order, t.ID)
-			// Its prompt may have been sent a moment before the host stopped: it is taken
-			// for lost only a grace after this start (see prompt.go).
-			e.sentAt = cfg.clock.Now()
-			if key, limit := cfg.limits.keyOf(t.Model); limit > 0 && t.ResumeCount == 0 {
-				m.slots.limitOf[key] = limit
-				m.slots.running[key]++
-				e.slot = key
-			}
-		case t.Status == StatusQueued: // in launch order, the stored tasks being sorted by start
-			key, limit := cfg.limits.keyOf(t.Model)
-			m.slots.limitOf[key] = limit
-			m.slots.waiting[key] = append(m.slots.waiting[key], e)
-		}
-		for _, n := range t.Notifications {
-			if n.State == NotificationPending {
-				pending = append(pending, noteRef{task: t.ID, key: n.Key})
-				created[n.Key] = n.Created
-			}
-		}
-	}
-	sort.SliceStable(pending, func(i, j int) bool { return created[pending[i].key].Before(created[pending[j].key]) })
-	var followUps []*entry // ended with follow-ups queued: the last Manager stopped before sending
-	for _, e := range m.tasks {
-		if e.task.Status.Terminal() && len(e.task.FollowUps) > 0 {
-			followUps = append(followUps, e)
-		}
-	}
-	for _, ref := range pending { // what the last Manager did not deliver
-		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
-	}
-	var start []*entry // queued tasks that fit now (the limits may have changed)
-	for key := range m.slots.waiting {
-		start = append(start, m.startableLocked(key)...)
-	}
+	start, followUps := m.restore(stored)
 	m.start()
 	if len(start) > 0 {
 		m.spawn("starting queued tasks", func() { m.startQueued(start) })
@@ -167,6 +100,78 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		})
 	}
 	return m, nil
+}
+
+// restore takes the stored tasks in, as the last Manager on the store left them: active
+// ones are read at once, queued ones wait for a slot in launch order, pending notifications
+// are queued oldest first. It returns the queued tasks that fit their limits now (the limits
+// may have changed), and the ended tasks with follow-ups queued (the last Manager stopped
+// before it sent them). It runs before the Manager's goroutines start.
+func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
+	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
+	var pending []noteRef
+	created := map[string]time.Time{}
+	for _, t := range stored {
+		e := m.restoreTask(t)
+		if e == nil {
+			continue
+		}
+		for _, n := range t.Notifications {
+			if n.State == NotificationPending {
+				pending = append(pending, noteRef{task: t.ID, key: n.Key})
+				created[n.Key] = n.Created
+			}
+		}
+		if t.Status.Terminal() && len(t.FollowUps) > 0 {
+			followUps = append(followUps, e)
+		}
+	}
+	sort.SliceStable(pending, func(i, j int) bool { return created[pending[i].key].Before(created[pending[j].key]) })
+	for _, ref := range pending { // what the last Manager did not deliver
+		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
+	}
+	for key := range m.slots.waiting {
+		start = append(start, m.startableLocked(key)...)
+	}
+	return start, followUps
+}
+
+// restoreTask records one stored task (nil for a duplicate id), counts it in its batch and
+// its limits, and queues it for a read when it is active.
+func (m *Manager) restoreTask(t Task) *entry {
+	if !m.reg.Add(t.ParentSessionID, t.ID) {
+		return nil
+	}
+	e := &entry{task: t, done: make(chan struct{})}
+	if t.Status.Terminal() {
+		close(e.done)
+	}
+	m.tasks[t.ID] = e
+	b := m.batchLocked(t.BatchID)
+	b.total++
+	if !t.Status.Terminal() {
+		b.active++
+		m.open[t.ParentSessionID] = t.BatchID
+		m.slots.activeOf[t.ParentSessionID]++
+	}
+	switch {
+	case t.Status.Active():
+		m.recon.rq[t.ID] = false
+		m.recon.order = append(m.recon.order, t.ID)
+		// Its prompt may have been sent a moment before the host stopped: it is taken for
+		// lost only a grace after this start (see prompt.go).
+		e.sentAt = m.cfg.clock.Now()
+		if key, limit := m.cfg.limits.keyOf(t.Model); limit > 0 && t.ResumeCount == 0 {
+			m.slots.limitOf[key] = limit
+			m.slots.running[key]++
+			e.slot = key
+		}
+	case t.Status == StatusQueued: // in launch order, the stored tasks being sorted by start
+		key, limit := m.cfg.limits.keyOf(t.Model)
+		m.slots.limitOf[key] = limit
+		m.slots.waiting[key] = append(m.slots.waiting[key], e)
+	}
+	return e
 }
 
 // Close stops the event subscription, the poller, the reconcilers and the notifier. It

@@ -32,6 +32,7 @@ const (
 type notifier struct {
 	outboxes map[string]*outbox // parent → pending notifications
 	ready    []string           // parents whose next notification is due, waiting for a worker
+	retryAt  time.Time          // the earliest retry of a parent waiting after a failure; zero: none
 	wake     chan struct{}
 	confirms confirmations
 }
@@ -51,59 +52,15 @@ type outbox struct {
 func (m *Manager) notifyLoop() {
 	var workers sync.WaitGroup
 	sem := make(chan struct{}, notifyWorkers)
-	// retryAt is the earliest next attempt of a parent waiting after a failure (zero: none),
-	// under m.mu; the outboxes are scanned only when it has come.
-	var retryAt time.Time
 	for {
-		wait := time.Hour
 		m.mu.Lock()
-		now := m.now()
-		if !retryAt.IsZero() && !retryAt.After(now) {
-			retryAt = time.Time{}
-			for parent, ob := range m.notes.outboxes {
-				switch {
-				case ob.inFlight || ob.ready || len(ob.queue) == 0:
-				case !ob.next.After(now):
-					m.readyLocked(parent, ob)
-				case retryAt.IsZero() || ob.next.Before(retryAt):
-					retryAt = ob.next
-				}
-			}
-		}
-		if !retryAt.IsZero() {
-			wait = retryAt.Sub(now)
-		}
-		var start []string
-		for len(m.notes.ready) > 0 && len(sem)+len(start) < cap(sem) {
-			parent := m.notes.ready[0]
-			m.notes.ready[0] = ""
-			m.notes.ready = m.notes.ready[1:]
-			ob := m.notes.outboxes[parent]
-			ob.ready, ob.inFlight = false, true
-			start = append(start, parent)
-		}
-		if len(m.notes.ready) == 0 {
-			m.notes.ready = nil // let a burst's backing array go
-		}
+		wait := m.retryDueLocked()
+		start := m.takeReadyLocked(cap(sem) - len(sem))
 		m.mu.Unlock()
 		for _, parent := range start {
 			sem <- struct{}{}
 			workers.Add(1)
-			go func() {
-				defer workers.Done()
-				defer func() { <-sem }()
-				defer m.recoverAndLog("a notification worker")
-				next := m.drain(m.ctx, parent)
-				m.mu.Lock()
-				if !next.IsZero() && (retryAt.IsZero() || next.Before(retryAt)) {
-					retryAt = next
-				}
-				m.mu.Unlock()
-				select {
-				case m.notes.wake <- struct{}{}:
-				default:
-				}
-			}()
+			go m.notifyWorker(parent, sem, &workers)
 		}
 		select {
 		case <-m.stop:
@@ -113,6 +70,65 @@ func (m *Manager) notifyLoop() {
 		case <-m.notes.wake:
 		case <-m.cfg.clock.After(wait):
 		}
+	}
+}
+
+// retryDueLocked readies the parents whose retry has come, when the earliest has, and returns
+// how long the notifier may sleep: until the next retry, or an hour.
+func (m *Manager) retryDueLocked() time.Duration {
+	n, now := &m.notes, m.now()
+	if !n.retryAt.IsZero() && !n.retryAt.After(now) {
+		n.retryAt = time.Time{}
+		for parent, ob := range n.outboxes {
+			switch {
+			case ob.inFlight || ob.ready || len(ob.queue) == 0:
+			case !ob.next.After(now):
+				m.readyLocked(parent, ob)
+			case n.retryAt.IsZero() || ob.next.Before(n.retryAt):
+				n.retryAt = ob.next
+			}
+		}
+	}
+	if n.retryAt.IsZero() {
+		return time.Hour
+	}
+	return n.retryAt.Sub(now)
+}
+
+// takeReadyLocked takes up to free parents whose next notification is due, in the order they
+// became due, and marks their outboxes in flight.
+func (m *Manager) takeReadyLocked(free int) []string {
+	n := &m.notes
+	var start []string
+	for len(n.ready) > 0 && len(start) < free {
+		parent := n.ready[0]
+		n.ready[0] = ""
+		n.ready = n.ready[1:]
+		ob := n.outboxes[parent]
+		ob.ready, ob.inFlight = false, true
+		start = append(start, parent)
+	}
+	if len(n.ready) == 0 {
+		n.ready = nil // let a burst's backing array go
+	}
+	return start
+}
+
+// notifyWorker delivers parent's due notifications, records when its next retry is, and
+// wakes the notifier; it holds a place of sem, which it gives back.
+func (m *Manager) notifyWorker(parent string, sem chan struct{}, workers *sync.WaitGroup) {
+	defer workers.Done()
+	defer func() { <-sem }()
+	defer m.recoverAndLog("a notification worker")
+	next := m.drain(m.ctx, parent)
+	m.mu.Lock()
+	if n := &m.notes; !next.IsZero() && (n.retryAt.IsZero() || next.Before(n.retryAt)) {
+		n.retryAt = next
+	}
+	m.mu.Unlock()
+	select {
+	case m.notes.wake <- struct{}{}:
+	default:
 	}
 }
 

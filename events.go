@@ -159,11 +159,8 @@ func (m *Manager) applySafelyLocked(ev runEvent) {
 func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	defer m.recoverAndLog("handling an event")
 	switch ev.Type {
-	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
-		opencode.EventSessionDeleted, opencode.EventPermissionAsked, opencode.EventPermissionReplied:
 	case opencode.EventMessagePartUpdate:
 		m.partUpdated(q, ev)
-		return
 	case opencode.EventMessageUpdated:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.add(logFrame{props: ev.Properties, msg: true})
@@ -171,46 +168,36 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev.Properties)
 		}
-		return
 	case opencode.EventMessageRemoved, opencode.EventMessagePartRemoved:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.broken, l.frames = true, nil
 		}
-		return
 	case opencode.EventMessagePartDelta:
 		if m.cfg.stale > 0 { // streaming text is activity, nothing else
 			if sid := ev.SessionID(); sid != "" {
 				q.push(runEvent{sid: sid})
 			}
 		}
-		return
-	default:
-		return
+	case opencode.EventSessionIdle, opencode.EventSessionStatus, opencode.EventSessionError,
+		opencode.EventSessionDeleted, opencode.EventPermissionAsked, opencode.EventPermissionReplied:
+		m.sessionEvent(q, ev, epoch)
 	}
-	// The session id first: events of other sessions cost no more.
+}
+
+// sessionEvent handles an event about a session: its status and idle events go through q
+// without a decode; the others are decoded once the session is known to be an active task's,
+// and applied after those queued before them. The session id is read first: events of other
+// sessions cost no more.
+func (m *Manager) sessionEvent(q *eventQueue, ev opencode.Event, epoch uint64) {
 	sid := ev.SessionID()
 	if sid == "" {
 		return
 	}
-	switch ev.Type {
-	case opencode.EventSessionIdle:
-		q.push(m.idleEvent(runEvent{typ: ev.Type, sid: sid}, epoch))
+	if re, ok := m.statusEvent(ev, sid, epoch); ok {
+		q.push(re)
 		return
-	case opencode.EventSessionStatus:
-		if typ, ok := statusType(ev.Properties); ok {
-			re := runEvent{typ: ev.Type, sid: sid, status: typ}
-			if typ == "idle" {
-				re = m.idleEvent(re, epoch)
-			}
-			q.push(re)
-			return
-		}
 	}
-	m.mu.Lock()
-	m.applyQueuedLocked(q, true)
-	e := m.tasks[sid]
-	active := e != nil && e.task.Status.Active()
-	m.mu.Unlock()
+	active := m.activeAfterQueued(q, sid)
 	if ev.Type == opencode.EventSessionDeleted {
 		m.sessionDeleted(sid)
 		return
@@ -232,6 +219,34 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	defer m.mu.Unlock()
 	m.applyQueuedLocked(q, true)
 	m.applyLocked(re)
+}
+
+// statusEvent returns the run event of a session.idle, or of a session.status whose type it
+// reads without a decode.
+func (m *Manager) statusEvent(ev opencode.Event, sid string, epoch uint64) (runEvent, bool) {
+	switch ev.Type {
+	case opencode.EventSessionIdle:
+		return m.idleEvent(runEvent{typ: ev.Type, sid: sid}, epoch), true
+	case opencode.EventSessionStatus:
+		if typ, ok := statusType(ev.Properties); ok {
+			re := runEvent{typ: ev.Type, sid: sid, status: typ}
+			if typ == "idle" {
+				re = m.idleEvent(re, epoch)
+			}
+			return re, true
+		}
+	}
+	return runEvent{}, false
+}
+
+// activeAfterQueued applies the events queued so far and reports whether sid is the session
+// of an active task.
+func (m *Manager) activeAfterQueued(q *eventQueue, sid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applyQueuedLocked(q, true)
+	e := m.tasks[sid]
+	return e != nil && e.task.Status.Active()
 }
 
 // idleEvent adds to an idle event of a session the frames its run's log recorded, when
@@ -260,26 +275,14 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
 		r = nil
 	}
 	tool, streamed := partTypes(ev.Properties)
-	switch {
-	case r != nil && !tool && !streamed: // a part written once: a mirror needs none
-		m.activity(q, sid)
-		return
-	case r == nil && !tool:
-		m.activity(q, sid)
-		return
-	case r == nil:
-		m.mu.Lock()
-		m.applyQueuedLocked(q, true)
-		e := m.tasks[string(sid)]
-		active := e != nil && e.task.Status.Active()
-		m.mu.Unlock()
-		if !active {
-			return
+	if !tool { // text and reasoning go to the mirror, decoded when the run is decided; other parts are written once
+		if r != nil && streamed {
+			r.add(logFrame{props: ev.Properties})
 		}
-	}
-	if r != nil && !tool { // text or reasoning: decoded when the run is decided
-		r.add(logFrame{props: ev.Properties})
 		m.activity(q, sid)
+		return
+	}
+	if r == nil && !m.activeAfterQueued(q, string(sid)) {
 		return
 	}
 	p, ok := decodePart(ev.Properties)

@@ -111,38 +111,61 @@ func defaultConfig() config {
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-func (c *config) validate() error {
-	switch {
-	case c.clock == nil:
-		return fmt.Errorf("%w: nil clock", ErrInvalidInput)
-	case c.poll < minPollInterval:
-		return fmt.Errorf("%w: poll interval %v must be at least %v", ErrInvalidInput, c.poll, minPollInterval)
-	case c.logger == nil:
-		return fmt.Errorf("%w: nil logger", ErrInvalidInput)
-	case c.store == nil:
-		return fmt.Errorf("%w: nil store", ErrInvalidInput)
-	case len(c.toolPrefix) > maxToolPrefix || !prefixRE.MatchString(c.toolPrefix):
-		return fmt.Errorf("%w: tool prefix %s must be 1 to %d letters, digits, _ or -", ErrInvalidInput, echo(c.toolPrefix), maxToolPrefix)
-	case c.nestingDepth < 1 || c.nestingDepth > MaxNestingDepth:
-		return fmt.Errorf("%w: nesting depth %d must be 1 to %d", ErrInvalidInput, c.nestingDepth, MaxNestingDepth)
-	case c.deadline < 0:
-		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, c.deadline)
-	case c.stale < 0:
-		return fmt.Errorf("%w: stale timeout %v must not be negative", ErrInvalidInput, c.stale)
-	case c.limits.validate() != nil:
-		return c.limits.validate()
-	case c.requestTimeout <= 0:
-		return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidInput, c.requestTimeout)
-	case c.perParent < 0 || c.perParent > MaxActivePerParent:
-		return fmt.Errorf("%w: active tasks per parent %d must be 0 to %d", ErrInvalidInput, c.perParent, MaxActivePerParent)
-	case c.followUps < 0 || c.followUps > MaxFollowUps:
-		return fmt.Errorf("%w: follow-up queue %d must be 0 to %d", ErrInvalidInput, c.followUps, MaxFollowUps)
-	case c.reconcilers < 1 || c.reconcilers > maxReconcilers:
-		return fmt.Errorf("%w: reconcilers %d must be 1 to %d", ErrInvalidInput, c.reconcilers, maxReconcilers)
-	case c.notifyHorizon < 0:
-		return fmt.Errorf("%w: notification horizon %v must not be negative", ErrInvalidInput, c.notifyHorizon)
+// newConfig applies opts over the defaults and validates the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
 	}
-	return nil
+	if err := cfg.validate(); err != nil {
+		return config{}, err
+	}
+	if cfg.pipeline == nil {
+		p, err := fork.New()
+		if err != nil {
+			return config{}, err
+		}
+		cfg.pipeline = p
+	}
+	return cfg, nil
+}
+
+// validate returns the first option out of its bounds, as an error matching ErrInvalidInput.
+func (c *config) validate() error {
+	checks := []struct {
+		bad bool
+		msg func() string
+	}{
+		{c.clock == nil, func() string { return "nil clock" }},
+		{c.poll < minPollInterval, func() string { return fmt.Sprintf("poll interval %v must be at least %v", c.poll, minPollInterval) }},
+		{c.logger == nil, func() string { return "nil logger" }},
+		{c.store == nil, func() string { return "nil store" }},
+		{len(c.toolPrefix) > maxToolPrefix || !prefixRE.MatchString(c.toolPrefix), func() string {
+			return fmt.Sprintf("tool prefix %s must be 1 to %d letters, digits, _ or -", echo(c.toolPrefix), maxToolPrefix)
+		}},
+		{c.nestingDepth < 1 || c.nestingDepth > MaxNestingDepth, func() string {
+			return fmt.Sprintf("nesting depth %d must be 1 to %d", c.nestingDepth, MaxNestingDepth)
+		}},
+		{c.deadline < 0, func() string { return fmt.Sprintf("deadline %v must not be negative", c.deadline) }},
+		{c.stale < 0, func() string { return fmt.Sprintf("stale timeout %v must not be negative", c.stale) }},
+		{c.requestTimeout <= 0, func() string { return fmt.Sprintf("request timeout %v must be positive", c.requestTimeout) }},
+		{c.perParent < 0 || c.perParent > MaxActivePerParent, func() string {
+			return fmt.Sprintf("active tasks per parent %d must be 0 to %d", c.perParent, MaxActivePerParent)
+		}},
+		{c.followUps < 0 || c.followUps > MaxFollowUps, func() string {
+			return fmt.Sprintf("follow-up queue %d must be 0 to %d", c.followUps, MaxFollowUps)
+		}},
+		{c.reconcilers < 1 || c.reconcilers > maxReconcilers, func() string {
+			return fmt.Sprintf("reconcilers %d must be 1 to %d", c.reconcilers, maxReconcilers)
+		}},
+		{c.notifyHorizon < 0, func() string { return fmt.Sprintf("notification horizon %v must not be negative", c.notifyHorizon) }},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return fmt.Errorf("%w: %s", ErrInvalidInput, ch.msg())
+		}
+	}
+	return c.limits.validate()
 }
 
 // Option configures a [Manager]; pass options to [New].
