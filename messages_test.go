@@ -2,11 +2,14 @@ package asyncagents_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -101,4 +104,63 @@ func TestFullSessionT11(t *testing.T) { checkFullSession(t, fakeClient(t)) }
 func TestRealServerFullSessionT11(t *testing.T) {
 	ctxT(t, time.Minute)
 	checkFullSession(t, shared.Get(t).Client())
+}
+
+// FormatMessages shows every part type as its doc says, on messages built here: texts and
+// results cut with the truncate note, inputs cut to 300 characters and "...", the status of
+// a running call, a pruned output as OpenCode shows it, and the more line.
+func TestFormatMessagesParts(t *testing.T) {
+	long := strings.Repeat("h", 3200) + strings.Repeat("m", 500) + strings.Repeat("e", 800)
+	var msgs []opencode.Message
+	err := json.Unmarshal([]byte(`[
+	{"info":{"id":"msg_1","role":"user"},"parts":[{"type":"text","text":"do it"},{"type":"text","text":"hidden","ignored":true},
+		{"type":"file","mime":"image/png"},{"type":"file","filename":"a.go","mime":"text/plain"},
+		{"type":"subtask","agent":"explore","description":"look"},{"type":"compaction"}]},
+	{"info":{"id":"msg_2","role":"assistant","error":{"name":"APIError","data":{"message":"boom"}}},"parts":[
+		{"type":"reasoning","text":"hmm"},{"type":"step-start"},
+		{"type":"tool","tool":"bash","state":{"status":"running","input":{"command":"`+strings.Repeat("x", 400)+`"}}},
+		{"type":"tool","tool":"read","state":{"status":"pending","input":{}}},
+		{"type":"tool","tool":"bash","state":{"status":"completed","input":{"command":"ls"},"output":"a\nb"}},
+		{"type":"tool","tool":"bash","state":{"status":"completed","input":{"command":"cat"},"output":"secret","time":{"compacted":1}}},
+		{"type":"tool","tool":"edit","state":{"status":"error","input":{ "path" : "x" },"error":"denied"}},
+		{"type":"text","text":"`+long+`"}]}]`), &msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `Messages (2, oldest first):
+--- msg_1 user
+do it
+[File: image/png]
+[File: a.go]
+[Subtask: explore] look
+[Compaction]
+--- msg_2 assistant
+[Error: boom]
+[Thinking] hmm
+[Tool: bash] {"command":"` + strings.Repeat("x", 288) + `... (running)
+[Tool: read] (pending)
+[Tool: bash] {"command":"ls"}
+[Tool result]
+a
+b
+[Tool: bash] {"command":"cat"}
+[Tool result]
+[Old tool result content cleared]
+[Tool: edit] {"path":"x"}
+[Tool error]
+denied
+` + strings.Repeat("h", 3200) + "\n...[truncated 500 chars]...\n" + strings.Repeat("e", 800) + `
+(More messages exist; since_message_id="msg_2" reads on from the last one shown.)`
+	if diff := cmp.Diff(want, asyncagents.FormatMessages(msgs, true, true, true)); diff != "" {
+		t.Errorf("all shown (-want +got):\n%s", diff)
+	}
+	plain := asyncagents.FormatMessages(msgs, false, false, false)
+	for _, hidden := range []string{"[Thinking]", "[Tool result]", "[Tool error]", "denied", "More messages"} {
+		if strings.Contains(plain, hidden) {
+			t.Errorf("without the include flags, %q shows:\n%s", hidden, plain)
+		}
+	}
+	if !strings.Contains(plain, "[Tool: edit] {\"path\":\"x\"}\n") {
+		t.Errorf("without the include flags, the calls do not show:\n%s", plain)
+	}
 }

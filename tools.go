@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -57,61 +57,111 @@ func Tools(m *Manager) []Tool {
 	}
 }
 
+// The argument structs below are the tools' schemas: [jsonschema.For] takes the property
+// names from the json tags, the types from the fields and each description from the
+// jsonschema tag; a field without omitempty is required and no other property is allowed.
+// What a struct cannot say (bounds, the task tool's rule for description and agent, numbers
+// that come from constants) is added where the schema is made.
+
+type taskArgs struct {
+	Description string  `json:"description,omitempty" jsonschema:"A short description (3-5 words) of the task; required unless resume is set"`
+	Prompt      string  `json:"prompt" jsonschema:"The task for the agent, or the follow-up when resuming"`
+	Agent       string  `json:"agent,omitempty" jsonschema:"The agent to run (for example general or explore); required unless resume is set"`
+	Fork        bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
+	Resume      string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
+	Model       string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
+	Deadline    float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
+}
+
+type outputArgs struct {
+	TaskID             string  `json:"task_id" jsonschema:"The task id"`
+	Block              bool    `json:"block,omitempty" jsonschema:"Wait until the task ends"`
+	Timeout            float64 `json:"timeout,omitempty" jsonschema:"Seconds to wait when blocking; 0 or absent means %[1]d, more than %[2]d means %[2]d"`
+	FullSession        bool    `json:"full_session,omitempty" jsonschema:"Also show the task session's messages: the last message_limit, or the first after since_message_id"`
+	IncludeThinking    bool    `json:"include_thinking,omitempty" jsonschema:"With full_session, show the agent's reasoning"`
+	IncludeToolResults bool    `json:"include_tool_results,omitempty" jsonschema:"With full_session, show tool outputs and errors"`
+	SinceMessageID     string  `json:"since_message_id,omitempty" jsonschema:"With full_session, only messages after this message id"`
+	MessageLimit       int     `json:"message_limit,omitempty" jsonschema:"With full_session, how many messages (default %d)"`
+}
+
+type cancelArgs struct {
+	TaskID string `json:"task_id" jsonschema:"The task id"`
+}
+
+type listArgs struct {
+	Status Status `json:"status,omitempty" jsonschema:"Only tasks with this status"`
+}
+
+type clearArgs struct{}
+
+var (
+	taskSchema = schemaFor[taskArgs](func(s *jsonschema.Schema) {
+		between(s, "deadline", 0, maxToolDeadline)
+		s.If = &jsonschema.Schema{Required: []string{"resume"}}
+		s.Else = &jsonschema.Schema{Required: []string{"description", "agent"}}
+	})
+	outputSchema = schemaFor[outputArgs](func(s *jsonschema.Schema) {
+		atLeast(s, "timeout", 0)
+		describe(s, "timeout", int(DefaultOutputTimeout/time.Second), int(MaxOutputTimeout/time.Second))
+		between(s, "message_limit", 1, MaxMessageLimit)
+		describe(s, "message_limit", DefaultMessageLimit)
+	})
+	cancelSchema = schemaFor[cancelArgs](nil)
+	listSchema   = schemaFor[listArgs](nil)
+	clearSchema  = schemaFor[clearArgs](nil)
+)
+
 // toolSchema is a tool's argument schema, as JSON for the model and resolved for checking.
 type toolSchema struct {
 	json     json.RawMessage
 	resolved *jsonschema.Resolved
 }
 
-func mustSchema(s string) toolSchema {
-	var js jsonschema.Schema
-	if err := json.Unmarshal([]byte(s), &js); err != nil {
-		panic("asyncagents: tool schema: " + err.Error())
-	}
-	r, err := js.Resolve(nil)
+// statusSchema is the schema of a [Status] argument: the name of a task state.
+var statusSchema = &jsonschema.Schema{Type: "string", Enum: []any{string(StatusQueued), string(StatusRunning),
+	string(StatusCompleted), string(StatusError), string(StatusCancelled), string(StatusResumed)}}
+
+// schemaFor derives the schema of the argument struct T (see taskArgs), lets add complete
+// it, and resolves it.
+func schemaFor[T any](add func(*jsonschema.Schema)) toolSchema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[Status](): statusSchema}})
 	if err != nil {
 		panic("asyncagents: tool schema: " + err.Error())
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, []byte(s)); err != nil {
+	if s.Properties == nil {
+		s.Properties = map[string]*jsonschema.Schema{} // "properties": {}, which some model APIs want
+	}
+	if add != nil {
+		add(s)
+	}
+	r, err := s.Resolve(nil)
+	if err != nil {
 		panic("asyncagents: tool schema: " + err.Error())
 	}
-	return toolSchema{json: compact.Bytes(), resolved: r}
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic("asyncagents: tool schema: " + err.Error())
+	}
+	return toolSchema{json: b, resolved: r}
 }
 
-var (
-	taskSchema = mustSchema(`{"type": "object", "properties": {
-		"description": {"type": "string", "description": "A short description (3-5 words) of the task; required unless resume is set"},
-		"prompt": {"type": "string", "description": "The task for the agent, or the follow-up when resuming"},
-		"agent": {"type": "string", "description": "The agent to run (for example general or explore); required unless resume is set"},
-		"fork": {"type": "boolean", "description": "Give the agent this conversation's context"},
-		"resume": {"type": "string", "description": "Id of a finished task to send the prompt to as a follow-up"},
-		"model": {"type": "string", "description": "Optional model as providerID/modelID"},
-		"deadline": {"type": "number", "minimum": 0, "maximum": ` + strconv.Itoa(maxToolDeadline) + `, "description": "Seconds the task may run before it is aborted; 0 or absent: the host's default"}},
-		"required": ["prompt"],
-		"if": {"required": ["resume"]}, "then": {}, "else": {"required": ["description", "agent"]},
-		"additionalProperties": false}`)
-	outputSchema = mustSchema(`{"type": "object", "properties": {
-		"task_id": {"type": "string", "description": "The task id"},
-		"block": {"type": "boolean", "description": "Wait until the task ends"},
-		"timeout": {"type": "number", "minimum": 0, "description": "Seconds to wait when blocking; 0 or absent means ` +
-		strconv.Itoa(int(DefaultOutputTimeout/time.Second)) + `, more than ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) +
-		` means ` + strconv.Itoa(int(MaxOutputTimeout/time.Second)) + `"},
-		"full_session": {"type": "boolean", "description": "Also show the task session's messages: the last message_limit, or the first after since_message_id"},
-		"include_thinking": {"type": "boolean", "description": "With full_session, show the agent's reasoning"},
-		"include_tool_results": {"type": "boolean", "description": "With full_session, show tool outputs and errors"},
-		"since_message_id": {"type": "string", "description": "With full_session, only messages after this message id"},
-		"message_limit": {"type": "integer", "minimum": 1, "maximum": ` + strconv.Itoa(MaxMessageLimit) +
-		`, "description": "With full_session, how many messages (default ` + strconv.Itoa(DefaultMessageLimit) + `)"}},
-		"required": ["task_id"], "additionalProperties": false}`)
-	cancelSchema = mustSchema(`{"type": "object", "properties": {
-		"task_id": {"type": "string", "description": "The task id"}},
-		"required": ["task_id"], "additionalProperties": false}`)
-	listSchema = mustSchema(`{"type": "object", "properties": {
-		"status": {"type": "string", "enum": ["queued", "running", "completed", "error", "cancelled", "resumed"], "description": "Only tasks with this status"}},
-		"additionalProperties": false}`)
-	clearSchema = mustSchema(`{"type": "object", "properties": {}, "additionalProperties": false}`)
-)
+// atLeast sets the least number property name takes.
+func atLeast(s *jsonschema.Schema, name string, least float64) {
+	s.Properties[name].Minimum = jsonschema.Ptr(least)
+}
+
+// between sets the least and the largest number property name takes.
+func between(s *jsonschema.Schema, name string, least, most float64) {
+	atLeast(s, name, least)
+	s.Properties[name].Maximum = jsonschema.Ptr(most)
+}
+
+// describe fills the numbers of property name's description (a format, see outputArgs).
+func describe(s *jsonschema.Schema, name string, numbers ...any) {
+	p := s.Properties[name]
+	p.Description = fmt.Sprintf(p.Description, numbers...)
+}
 
 type toolHandlers struct {
 	m      *Manager
@@ -262,15 +312,7 @@ func toFloats(v any) (any, error) {
 }
 
 func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in struct {
-		Description string  `json:"description"`
-		Prompt      string  `json:"prompt"`
-		Agent       string  `json:"agent"`
-		Fork        bool    `json:"fork"`
-		Resume      string  `json:"resume"`
-		Model       string  `json:"model"`
-		Deadline    float64 `json:"deadline"`
-	}
+	var in taskArgs
 	if err := decodeArgs(args, taskSchema, &in); err != nil {
 		return "", err
 	}
@@ -326,16 +368,7 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 }
 
 func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in struct {
-		TaskID             string  `json:"task_id"`
-		Block              bool    `json:"block"`
-		Timeout            float64 `json:"timeout"`
-		FullSession        bool    `json:"full_session"`
-		IncludeThinking    bool    `json:"include_thinking"`
-		IncludeToolResults bool    `json:"include_tool_results"`
-		SinceMessageID     string  `json:"since_message_id"`
-		MessageLimit       int     `json:"message_limit"`
-	}
+	var in outputArgs
 	if err := decodeArgs(args, outputSchema, &in); err != nil {
 		return "", err
 	}
@@ -390,9 +423,7 @@ func FormatOutput(out Output, now time.Time) string {
 }
 
 func (h toolHandlers) cancel(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in struct {
-		TaskID string `json:"task_id"`
-	}
+	var in cancelArgs
 	if err := decodeArgs(args, cancelSchema, &in); err != nil {
 		return "", err
 	}
@@ -404,9 +435,7 @@ func (h toolHandlers) cancel(ctx context.Context, caller Caller, args json.RawMe
 }
 
 func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in struct {
-		Status Status `json:"status"`
-	}
+	var in listArgs
 	if err := decodeArgs(args, listSchema, &in); err != nil {
 		return "", err
 	}
@@ -444,7 +473,7 @@ func FormatList(tasks []Task, status Status, now time.Time) string {
 }
 
 func (h toolHandlers) clear(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in struct{}
+	var in clearArgs
 	if err := decodeArgs(args, clearSchema, &in); err != nil {
 		return "", err
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +62,52 @@ func TestToolSchemasAndNames(t *testing.T) {
 		if err := json.Unmarshal(tool.Parameters, &schema); err != nil || schema["type"] != "object" {
 			t.Errorf("%s schema: %v", tool.Name, err)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// The schemas the model sees, compared as JSON values (key order aside) with
+// testdata/tool_parameters.json; go test -run TestToolParametersGolden -update rewrites it.
+// The file was first written from the hand-written schemas; the schemas derived from the
+// argument structs left it unchanged but for key order and an empty "then".
+func TestToolParametersGolden(t *testing.T) {
+	got := map[string]json.RawMessage{}
+	for _, tool := range asyncagents.Tools(offlineManager(t)) {
+		got[tool.Name] = tool.Parameters
+	}
+	file := filepath.Join("testdata", "tool_parameters.json")
+	if *update {
+		b, err := json.MarshalIndent(got, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	for name, params := range got {
+		var g any
+		if err := json.Unmarshal(params, &g); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diff := cmp.Diff(want[name], g); diff != "" {
+			t.Errorf("%s parameters (-golden +got):\n%s", name, diff)
+		}
+	}
+	if len(want) != len(got) {
+		t.Errorf("golden tools %d, tools %d", len(want), len(got))
 	}
 }
 

@@ -1,11 +1,10 @@
 package fork
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/asyncagents/asyncagents/internal/transcript"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/truncate"
 )
@@ -19,8 +18,9 @@ import (
 type formatter struct {
 	cfg   *config
 	stats *Stats
-	rank  int // ranked results in the messages formatted so far
-	next  int // rank of the next ranked result of the current message
+	style transcript.Style // the parts' lines; its Tool is f.call
+	rank  int              // ranked results in the messages formatted so far
+	next  int              // rank of the next ranked result of the current message
 
 	buf     []byte // the kept blocks, newest first
 	starts  []int  // byte offset of each kept block in buf
@@ -29,53 +29,31 @@ type formatter struct {
 	total   int    // characters of the context so far: the tags and the kept blocks
 	full    bool   // a block did not fit: every older block is dropped
 	dropped int    // blocks dropped for the budget
-	cur     int    // characters written to the current block
 }
 
 func newFormatter(cfg *config, stats *Stats) *formatter {
-	return &formatter{cfg: cfg, stats: stats, total: len(openTag) + len(closeTag)} // ASCII: bytes = characters
+	f := &formatter{cfg: cfg, stats: stats, total: len(openTag) + len(closeTag)} // ASCII: bytes = characters
+	f.style.Tool = f.call
+	return f
 }
 
 // ranked reports whether p is a ranked tool result (SPEC F-6): completed or error, and not
 // compacted.
 func ranked(p *opencode.Part) bool {
-	return p.Type == opencode.PartTool && hasResult(p) && !isCompacted(p)
-}
-
-func hasResult(p *opencode.Part) bool {
-	return p.State != nil && (p.State.Status == opencode.ToolCompleted || p.State.Status == opencode.ToolError)
-}
-
-func resultText(p *opencode.Part) string {
-	if p.State.Status == opencode.ToolError {
-		return p.State.Error
-	}
-	return p.State.Output
+	return p.Type == opencode.PartTool && transcript.HasResult(p) && !isCompacted(p)
 }
 
 // isCompacted reports a compacted result (SPEC F-5): state.time.compacted set, or a text
 // that already holds OpenCode's cleared marker.
 func isCompacted(p *opencode.Part) bool {
-	return p.State.Time.Compacted != 0 || strings.Contains(resultText(p), ClearedResult)
-}
-
-func (f *formatter) write(s string) {
-	f.buf = append(f.buf, s...)
-	f.cur += utf8.RuneCountInString(s)
-}
-
-// line starts a new line of the current block.
-func (f *formatter) line(s string) {
-	f.buf = append(f.buf, '\n')
-	f.cur++
-	f.write(s)
+	return p.State.Time.Compacted != 0 || strings.Contains(transcript.Result(p), transcript.Cleared)
 }
 
 // add writes the block of m, the message before (older than) those added so far (SPEC F-12);
 // a message with no lines has none. When the block does not fit the budget and is not the
 // first, it is taken back and the formatter is full.
 func (f *formatter) add(m *opencode.Message) {
-	if !hasLines(m) {
+	if !f.hasLines(m) {
 		return
 	}
 	if f.full {
@@ -88,7 +66,6 @@ func (f *formatter) add(m *opencode.Message) {
 		label = "\nUser:"
 	}
 	f.buf = append(f.buf, label...)
-	f.cur = len(label)
 	n := 0
 	for i := range m.Parts {
 		if ranked(&m.Parts[i]) {
@@ -97,88 +74,44 @@ func (f *formatter) add(m *opencode.Message) {
 	}
 	f.next, f.rank = f.rank+n-1, f.rank+n // parts in order: the first is the oldest
 	for i := range m.Parts {
-		f.part(&m.Parts[i])
+		f.buf = f.style.Append(f.buf, &m.Parts[i])
 	}
-	if len(f.chars) > 0 && f.total+f.cur > f.cfg.budget {
+	chars := utf8.RuneCount(f.buf[start:])
+	if len(f.chars) > 0 && f.total+chars > f.cfg.budget {
 		f.buf, *f.stats = f.buf[:start], saved
 		f.full = true
 		f.dropped++
 		return
 	}
 	f.starts = append(f.starts, start)
-	f.chars = append(f.chars, f.cur)
+	f.chars = append(f.chars, chars)
 	f.labels = append(f.labels, len(label))
-	f.total += f.cur
+	f.total += chars
 }
 
 // hasLines reports whether any part of m adds a line (SPEC F-12).
-func hasLines(m *opencode.Message) bool {
+func (f *formatter) hasLines(m *opencode.Message) bool {
 	for i := range m.Parts {
-		switch p := &m.Parts[i]; p.Type {
-		case opencode.PartText:
-			if !p.Ignored && p.Text != "" {
-				return true
-			}
-		case opencode.PartFile, opencode.PartSubtask, opencode.PartTool:
+		if f.style.Shows(&m.Parts[i]) {
 			return true
 		}
 	}
 	return false
 }
 
-func (f *formatter) part(p *opencode.Part) {
-	switch p.Type {
-	case opencode.PartText:
-		if !p.Ignored && p.Text != "" {
-			f.line(p.Text)
-		}
-	case opencode.PartFile:
-		name := p.Filename
-		if name == "" {
-			name = p.Mime
-		}
-		f.line("[File: " + name + "]")
-	case opencode.PartSubtask:
-		f.line("[Subtask: " + p.Agent + "] " + p.Description)
-	case opencode.PartTool:
-		f.tool(p)
+// call decides what a tool call shows (SPEC F-5 … F-11): the limit of its parameters, set
+// by the tier of its result, and the result, cut for its tier; a compacted result is shown
+// as it is.
+func (f *formatter) call(p *opencode.Part) (int, string, bool) {
+	switch {
+	case !transcript.HasResult(p): // pending or running
+		return f.cfg.paramLimits[0], "", false
+	case isCompacted(p):
+		return f.cfg.paramLimits[2], transcript.Result(p), true
 	}
-}
-
-// tool writes a tool call and its result (SPEC F-5 … F-11).
-func (f *formatter) tool(p *opencode.Part) {
-	if p.State == nil {
-		f.line("[Tool: " + p.Tool + "]")
-		return
-	}
-	paramLimit := f.cfg.paramLimits[0] // pending or running
-	var result string
-	if hasResult(p) {
-		if isCompacted(p) {
-			paramLimit = f.cfg.paramLimits[2]
-			result = resultText(p)
-			if p.State.Time.Compacted != 0 {
-				result = ClearedResult
-			}
-		} else {
-			tier, limit := f.tier(f.next)
-			f.next--
-			paramLimit = f.cfg.paramLimits[tier-1]
-			result = f.cut(p, resultText(p), tier, limit)
-		}
-	}
-	head := "[Tool: " + p.Tool + "]"
-	if params := compactInput(p.State.Input, paramLimit); params != "" {
-		head += " " + params
-	}
-	f.line(head)
-	if hasResult(p) {
-		if p.State.Status == opencode.ToolError {
-			f.line("[Tool error]\n" + result)
-		} else {
-			f.line("[Tool result]\n" + result)
-		}
-	}
+	tier, limit := f.tier(f.next)
+	f.next--
+	return f.cfg.paramLimits[tier-1], f.cut(p, transcript.Result(p), tier, limit), true
 }
 
 // tier returns the tier (1–3) of a result of the given rank (0 = newest) and its limit
@@ -289,29 +222,6 @@ func equalFoldASCII(s, lower string) bool {
 		}
 	}
 	return true
-}
-
-// compactInput renders a tool input as JSON without insignificant whitespace, key order as
-// received, cut to limit characters plus "..." (SPEC F-11). Absent, null, empty and {} inputs
-// render as nothing.
-func compactInput(raw json.RawMessage, limit int) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" || string(raw) == `""` {
-		return ""
-	}
-	var b bytes.Buffer
-	b.Grow(len(raw))
-	s := string(raw)
-	if json.Compact(&b, raw) == nil {
-		s = b.String()
-	}
-	if s == "{}" {
-		return ""
-	}
-	if p, cut := truncate.Prefix(s, limit); cut {
-		return p + "..."
-	}
-	return s
 }
 
 // finish returns the context: the tags around the kept blocks, oldest first, each copied

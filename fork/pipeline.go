@@ -1,13 +1,15 @@
 package fork
 
 import (
+	"github.com/asyncagents/asyncagents/internal/transcript"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // ClearedResult is the text OpenCode shows the model in place of a tool output it pruned
-// (the tool part's state.time.compacted is set). The context shows the same text for such
-// a result; a result whose text already contains it is shown as it is.
-const ClearedResult = "[Old tool result content cleared]"
+// (the tool part's state.time.compacted is set): "[Old tool result content cleared]". The
+// context shows the same text for such a result; a result whose text already contains it
+// is shown as it is.
+const ClearedResult = transcript.Cleared
 
 const (
 	openTag  = "<inherited_context>"
