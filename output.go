@@ -67,17 +67,10 @@ type Output struct {
 // [ErrTaskNotFound], [ErrAmbiguousID], or the server's error reading the messages. The result
 // is marked retrieved only once the messages asked for were read.
 func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts OutputOptions) (Output, error) {
-	if opts.Timeout < 0 {
-		return Output{}, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
+	timeout, err := opts.check()
+	if err != nil {
+		return Output{}, err
 	}
-	if opts.MessageLimit < 0 || opts.MessageLimit > MaxMessageLimit {
-		return Output{}, fmt.Errorf("%w: message limit %d must be 1 to %d", ErrInvalidInput, opts.MessageLimit, MaxMessageLimit)
-	}
-	timeout := opts.Timeout
-	if timeout == 0 {
-		timeout = DefaultOutputTimeout
-	}
-	timeout = min(timeout, MaxOutputTimeout)
 	e, err := m.lookup(caller, id)
 	if err != nil {
 		return Output{}, err
@@ -99,31 +92,14 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 
 	timedOut := false
 	if wait {
-		var stopped error
-		select {
-		case <-done:
-		case <-m.cfg.clock.After(timeout):
-			timedOut = true
-		case <-ctx.Done():
-			stopped = ctx.Err()
-		case <-m.stop:
-			stopped = ErrClosed
-		}
-		counted := true // in e.waiters when the run ended
-		if !isClosed(done) {
-			m.mu.Lock()
-			if !isClosed(done) {
-				e.waiters--
-				counted = false
-			}
-			m.mu.Unlock()
-		}
-		if t, ok := takeEnd(e, done, counted); ok { // finish left the task as the run ended
+		t, ended, timeUp, err := m.waitEnd(ctx, e, done, timeout)
+		if ended { // finish left the task as the run ended
 			return m.output(ctx, Output{Task: t}, opts)
 		}
-		if stopped != nil {
-			return Output{}, stopped
+		if err != nil {
+			return Output{}, err
 		}
+		timedOut = timeUp
 	}
 	m.mu.Lock()
 	if e.removed {
@@ -138,6 +114,45 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	}
 	m.markRetrieved(e, &out.Task)
 	return out, nil
+}
+
+// check validates the options and returns how long a blocking Output waits.
+func (opts *OutputOptions) check() (time.Duration, error) {
+	if opts.Timeout < 0 {
+		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
+	}
+	if opts.MessageLimit < 0 || opts.MessageLimit > MaxMessageLimit {
+		return 0, fmt.Errorf("%w: message limit %d must be 1 to %d", ErrInvalidInput, opts.MessageLimit, MaxMessageLimit)
+	}
+	return min(cmp.Or(opts.Timeout, DefaultOutputTimeout), MaxOutputTimeout), nil
+}
+
+// waitEnd waits, counted in e.waiters, until the run whose done channel is done ends, the
+// timeout passes (timedOut), ctx ends or the Manager closes (err). ended reports that finish
+// left it t, the task as the run ended.
+func (m *Manager) waitEnd(ctx context.Context, e *entry, done chan struct{}, timeout time.Duration) (t Task, ended, timedOut bool, err error) {
+	select {
+	case <-done:
+	case <-m.cfg.clock.After(timeout):
+		timedOut = true
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-m.stop:
+		err = ErrClosed
+	}
+	counted := true // in e.waiters when the run ended
+	if !isClosed(done) {
+		m.mu.Lock()
+		if !isClosed(done) {
+			e.waiters--
+			counted = false
+		}
+		m.mu.Unlock()
+	}
+	if t, ok := takeEnd(e, done, counted); ok {
+		return t, true, false, nil
+	}
+	return Task{}, false, timedOut, err
 }
 
 // markRetrieved marks the completed result that t, the copy an Output returns, shows as

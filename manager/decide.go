@@ -76,25 +76,12 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
 func Decide(msgs []opencode.Message, run Run) Verdict {
 	if run.Prompt != "" && !promptStored(msgs, run.Prompt) {
-		switch {
-		case run.SessionError != "" && run.Idle:
+		if run.SessionError != "" && run.Idle {
 			return Verdict{Outcome: Failed, Error: run.SessionError}
-		case run.Idle && run.Confirmed:
-			return Verdict{Outcome: Unsent}
-		case run.Idle:
-			return Verdict{Outcome: Unfinished}
 		}
-		return Verdict{}
+		return onIdle(run, Verdict{Outcome: Unsent})
 	}
-	start := 0
-	if run.Baseline != "" {
-		for i := range msgs {
-			if msgs[i].Info.ID == run.Baseline {
-				start = i + 1
-			}
-		}
-	}
-	msgs = msgs[start:]
+	msgs = afterBaseline(msgs, run.Baseline)
 	if len(msgs) == 0 || msgs[len(msgs)-1].Info.Role != opencode.RoleAssistant {
 		if run.SessionError != "" && run.Idle {
 			return Verdict{Outcome: Failed, Error: run.SessionError}
@@ -106,29 +93,49 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 	case last.Info.Error != nil:
 		return Verdict{Outcome: Failed, Error: last.Info.Error.Message()}
 	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
-		switch {
-		case run.Idle && run.Confirmed:
-			return Verdict{Outcome: Failed, Error: Interrupted}
-		case run.Idle:
-			return Verdict{Outcome: Unfinished}
-		}
-		return Verdict{}
-	case last.Info.Finish == "tool-calls":
-		switch {
-		case run.Idle && run.Confirmed:
-			return Verdict{Outcome: Failed, Error: HaltedAfterToolCall}
-		case run.Idle: // an idle between two steps would be stale: confirm first
-			return Verdict{Outcome: Unfinished}
-		}
-		return Verdict{}
+		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
+	case last.Info.Finish == "tool-calls": // an idle between two steps would be stale: confirm first
+		return onIdle(run, Verdict{Outcome: Failed, Error: HaltedAfterToolCall})
 	}
+	return Verdict{Outcome: Completed, Result: replyText(last)}
+}
+
+// onIdle is the verdict on a run that has not ended by the look of its messages: Running while
+// the session was not seen idle, Unfinished when it was, and final once that was confirmed.
+func onIdle(run Run, final Verdict) Verdict {
+	switch {
+	case run.Idle && run.Confirmed:
+		return final
+	case run.Idle:
+		return Verdict{Outcome: Unfinished}
+	}
+	return Verdict{}
+}
+
+// afterBaseline returns the messages after the one with id baseline (all of them when it is
+// empty or not among them).
+func afterBaseline(msgs []opencode.Message, baseline string) []opencode.Message {
+	if baseline == "" {
+		return msgs
+	}
+	start := 0
+	for i := range msgs {
+		if msgs[i].Info.ID == baseline {
+			start = i + 1
+		}
+	}
+	return msgs[start:]
+}
+
+// replyText joins the text parts of a reply that the model sees (ignored ones left out).
+func replyText(m *opencode.Message) string {
 	var texts []string
-	for _, p := range last.Parts {
+	for _, p := range m.Parts {
 		if p.Type == opencode.PartText && !p.Ignored {
 			texts = append(texts, p.Text)
 		}
 	}
-	return Verdict{Outcome: Completed, Result: strings.Join(texts, "\n")}
+	return strings.Join(texts, "\n")
 }
 
 // promptStored reports whether msgs, the newest messages of a session, show that the
