@@ -323,22 +323,7 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		return "", fmt.Errorf("%w: deadline %g: at most %g seconds, this host's limit", ErrInvalidInput, in.Deadline, d.Seconds())
 	}
 	if in.Resume != "" {
-		t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt)
-		if err != nil {
-			return "", err
-		}
-		var b strings.Builder
-		if len(t.FollowUps) > 0 { // queued behind the current run
-			fmt.Fprintf(&b, "Task %s is %s: the follow-up is queued (%d waiting) and will be sent when the current run ends. "+
-				"A notification will come for each run; %s_output(task_id=%q) shows its status.", t.DisplayID, t.Status, len(t.FollowUps), h.prefix, t.DisplayID)
-			return b.String(), nil
-		}
-		fmt.Fprintf(&b, "Resumed task %s (resume #%d): the follow-up runs in the background in the same session. "+
-			"A notification will come when it finishes; %s_output(task_id=%q) shows its status.", t.DisplayID, t.ResumeCount, h.prefix, t.DisplayID)
-		if in.Agent != "" || in.Description != "" || in.Model != "" {
-			b.WriteString("\nNote: agent, description and model are ignored when resuming; the task keeps its own.")
-		}
-		return b.String(), nil
+		return h.resume(ctx, caller, in)
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
 		Agent: in.Agent, Fork: in.Fork, Model: in.Model, Deadline: time.Duration(in.Deadline * float64(time.Second))})
@@ -348,6 +333,31 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		}
 		return "", err
 	}
+	return h.launched(t), nil
+}
+
+// resume sends the task tool's follow-up and says what became of it.
+func (h toolHandlers) resume(ctx context.Context, caller Caller, in taskArgs) (string, error) {
+	t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if len(t.FollowUps) > 0 { // queued behind the current run
+		fmt.Fprintf(&b, "Task %s is %s: the follow-up is queued (%d waiting) and will be sent when the current run ends. "+
+			"A notification will come for each run; %s_output(task_id=%q) shows its status.", t.DisplayID, t.Status, len(t.FollowUps), h.prefix, t.DisplayID)
+		return b.String(), nil
+	}
+	fmt.Fprintf(&b, "Resumed task %s (resume #%d): the follow-up runs in the background in the same session. "+
+		"A notification will come when it finishes; %s_output(task_id=%q) shows its status.", t.DisplayID, t.ResumeCount, h.prefix, t.DisplayID)
+	if in.Agent != "" || in.Description != "" || in.Model != "" {
+		b.WriteString("\nNote: agent, description and model are ignored when resuming; the task keeps its own.")
+	}
+	return b.String(), nil
+}
+
+// launched is the task tool's reply to a launch.
+func (h toolHandlers) launched(t Task) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Background task launched: %s\nDescription: %s\nAgent: %s\n", t.DisplayID, t.Description, t.Agent)
 	if t.Forked && t.ForkStats != nil {
@@ -360,11 +370,11 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 	if t.Status == StatusQueued {
 		fmt.Fprintf(&b, "It is queued (place %d) until a slot of its concurrency limit frees, then runs in the background; "+
 			"a notification will come when it finishes. Use %s_output(task_id=%q) to check on it.", t.QueuePosition, h.prefix, t.DisplayID)
-		return b.String(), nil
+		return b.String()
 	}
 	fmt.Fprintf(&b, "It runs in the background; a notification will come when it finishes. "+
 		"Use %s_output(task_id=%q) to check on it.", h.prefix, t.DisplayID)
-	return b.String(), nil
+	return b.String()
 }
 
 func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
