@@ -1,7 +1,6 @@
 package asyncagents
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -228,7 +227,7 @@ func (m *Manager) statusEvent(ev opencode.Event, sid string, epoch uint64) (runE
 	case opencode.EventSessionIdle:
 		return m.idleEvent(runEvent{typ: ev.Type, sid: sid}, epoch), true
 	case opencode.EventSessionStatus:
-		if typ, ok := statusType(ev.Properties); ok {
+		if typ, ok := opencode.BareStatusType(ev.Properties); ok {
 			re := runEvent{typ: ev.Type, sid: sid, status: typ}
 			if typ == "idle" {
 				re = m.idleEvent(re, epoch)
@@ -274,7 +273,7 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
 	if r != nil && r.broken {
 		r = nil
 	}
-	tool, streamed := partTypes(ev.Properties)
+	tool, streamed := opencode.PartTypes(ev.Properties)
 	if !tool { // text and reasoning go to the mirror, decoded when the run is decided; other parts are written once
 		if r != nil && streamed {
 			r.add(logFrame{props: ev.Properties})
@@ -304,27 +303,6 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
 	m.applyLocked(runEvent{typ: ev.Type, sid: string(sid), p: &opencode.EventProperties{Part: part}})
 }
 
-// partTypes reports whether a part's properties hold "type":"tool", and "type":"text" or
-// "type":"reasoning" (parts that stream), without decoding them.
-func partTypes(props []byte) (tool, streamed bool) {
-	const key = `"type":"`
-	for i := bytes.Index(props, []byte(key)); i >= 0; {
-		rest := props[i+len(key):]
-		switch {
-		case bytes.HasPrefix(rest, []byte(`tool"`)):
-			tool = true
-		case bytes.HasPrefix(rest, []byte(`text"`)), bytes.HasPrefix(rest, []byte(`reasoning"`)):
-			streamed = true
-		}
-		j := bytes.Index(rest, []byte(key))
-		if j < 0 {
-			break
-		}
-		i += len(key) + j
-	}
-	return tool, streamed
-}
-
 // activity records an event of session sid as activity, when the stale watchdog is on.
 func (m *Manager) activity(q *eventQueue, sid []byte) {
 	if m.cfg.stale > 0 {
@@ -335,7 +313,7 @@ func (m *Manager) activity(q *eventQueue, sid []byte) {
 // eventSession returns the session id of an event: without a copy when OpenCode wrote it
 // first in the properties, as it does.
 func eventSession(ev opencode.Event) []byte {
-	if sid := sessionID(ev.Properties); sid != nil {
+	if sid := opencode.LeadingSessionID(ev.Properties); sid != nil {
 		return sid
 	}
 	if sid := ev.SessionID(); sid != "" {
@@ -401,29 +379,6 @@ func (m *Manager) idleLocked(e *entry, ev runEvent) {
 		e.streamed = ev.reply
 	}
 	m.enqueueLocked(e.task.ID, true)
-}
-
-// statusType returns the type of a session.status event's status when it has no other field,
-// as OpenCode writes busy and idle ({"sessionID":…,"status":{"type":"idle"}}), read without a
-// decode; ok is false for any other shape (a retry, with its message), which is decoded.
-func statusType(props []byte) (typ string, ok bool) {
-	const key = `,"status":{"type":"`
-	i := bytes.LastIndex(props, []byte(key))
-	if i < 0 {
-		return "", false
-	}
-	rest := props[i+len(key):]
-	j := bytes.IndexByte(rest, '"')
-	if j < 0 || string(rest[j:]) != `"}}` {
-		return "", false
-	}
-	switch string(rest[:j]) {
-	case "idle":
-		return "idle", true
-	case "busy":
-		return "busy", true
-	}
-	return "", false
 }
 
 // sessionDeleted handles session.deleted: a deleted parent takes its tasks with it (active

@@ -210,18 +210,6 @@ func (m *Manager) dropMirrorLocked(e *entry) {
 	e.mirror, e.streamed = nil, nil
 }
 
-// sessionID returns the session id of an event as OpenCode writes it, first in the
-// properties ({"sessionID":"ses_…",…}), without a copy; nil for any other shape.
-func sessionID(props []byte) []byte {
-	const lead = `{"sessionID":"`
-	if rest, ok := bytes.CutPrefix(props, []byte(lead)); ok {
-		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return rest[:i]
-		}
-	}
-	return nil
-}
-
 // messageEvent is what a mirror reads of a message.updated event: what Decide reads of the
 // info (id, the user message an assistant message answers, role, completion time, finish,
 // error).

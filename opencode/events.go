@@ -1,7 +1,6 @@
 package opencode
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,12 +68,8 @@ type EventProperties struct {
 // sessionID of properties.part or properties.info — without decoding the rest, so a
 // subscriber can drop the events of other sessions cheaply. It returns "" when there is none.
 func (e *Event) SessionID() string {
-	// OpenCode writes sessionID first: read it without a decode when it is there.
-	const lead = `{"sessionID":"`
-	if rest, ok := bytes.CutPrefix(e.Properties, []byte(lead)); ok {
-		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return string(rest[:i])
-		}
+	if sid := LeadingSessionID(e.Properties); sid != nil { // OpenCode writes it first
+		return string(sid)
 	}
 	var p struct {
 		SessionID string `json:"sessionID"`

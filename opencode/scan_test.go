@@ -1,10 +1,14 @@
-package asyncagents
+package opencode_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
 
 // T-6: busy and idle session.status events, as OpenCode writes them, are read without a
 // decode; any other shape is left to the decoder.
-func TestStatusTypeT6(t *testing.T) {
+func TestBareStatusTypeT6(t *testing.T) {
 	for props, want := range map[string]string{
 		`{"sessionID":"ses_1","status":{"type":"idle"}}`:                                     "idle",
 		`{"sessionID":"ses_1","status":{"type":"busy"}}`:                                     "busy",
@@ -16,9 +20,9 @@ func TestStatusTypeT6(t *testing.T) {
 		`{"sessionID":"ses_1"}`:                                                              "",
 		``:                                                                                   "",
 	} {
-		got, ok := statusType([]byte(props))
+		got, ok := opencode.BareStatusType([]byte(props))
 		if got != want || ok != (want != "") {
-			t.Errorf("statusType(%s) = %q, %v; want %q", props, got, ok, want)
+			t.Errorf("BareStatusType(%s) = %q, %v; want %q", props, got, ok, want)
 		}
 	}
 }
@@ -34,8 +38,23 @@ func TestPartTypesT6(t *testing.T) {
 		`{"sessionID":"ses_1","part":{"type":"textual"},"time":1}`:                                        {false, false},
 		``: {false, false},
 	} {
-		if tool, streamed := partTypes([]byte(props)); tool != want[0] || streamed != want[1] {
-			t.Errorf("partTypes(%s) = %v, %v; want %v", props, tool, streamed, want)
+		if tool, streamed := opencode.PartTypes([]byte(props)); tool != want[0] || streamed != want[1] {
+			t.Errorf("PartTypes(%s) = %v, %v; want %v", props, tool, streamed, want)
+		}
+	}
+}
+
+// The session id OpenCode writes first is read in place; any other shape is left to a decode.
+func TestLeadingSessionID(t *testing.T) {
+	for props, want := range map[string]string{
+		`{"sessionID":"ses_1","part":{}}`: "ses_1",
+		`{"part":{"sessionID":"ses_1"}}`:  "",
+		`{"sessionID":"ses_\u0031"}`:      "",
+		`{"sessionID":""}`:                "",
+		``:                                "",
+	} {
+		if got := string(opencode.LeadingSessionID([]byte(props))); got != want {
+			t.Errorf("LeadingSessionID(%s) = %q, want %q", props, got, want)
 		}
 	}
 }
