@@ -15,8 +15,10 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		return Task{}, err
 	}
 	defer m.ops.Done()
-	e, err := m.lookup(caller, id)
+	m.mu.Lock()
+	e, err := m.lookupLocked(caller, id)
 	if err != nil {
+		m.mu.Unlock()
 		return Task{}, err
 	}
 	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount

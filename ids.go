@@ -10,9 +10,9 @@ import (
 // maxCandidates is how many matching ids an ErrAmbiguousID message names.
 const maxCandidates = 5
 
-// lookup locks m.mu and finds the caller's task id. On success m.mu stays locked for the
-// caller to read the entry, and the caller unlocks; on error it is unlocked.
-func (m *Manager) lookup(caller Caller, id string) (*entry, error) {
+// lookupLocked finds the caller's task id: the full id, the id without "ses_", or a unique
+// prefix of at least manager.MinPrefix characters after it. m.mu must be held.
+func (m *Manager) lookupLocked(caller Caller, id string) (*entry, error) {
 	if err := checkCaller(caller); err != nil {
 		return nil, err
 	}
@@ -20,16 +20,13 @@ func (m *Manager) lookup(caller Caller, id string) (*entry, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: task id is required", ErrInvalidInput)
 	}
-	m.mu.Lock()
 	if m.closed {
-		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	ids := m.reg.Resolve(caller.SessionID, id, maxCandidates+1)
 	if len(ids) == 1 {
 		return m.tasks[ids[0]], nil
 	}
-	m.mu.Unlock()
 	switch {
 	case len(ids) > 1:
 		more := ""

@@ -71,8 +71,10 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	if err != nil {
 		return Output{}, err
 	}
-	e, err := m.lookup(caller, id)
+	m.mu.Lock()
+	e, err := m.lookupLocked(caller, id)
 	if err != nil {
+		m.mu.Unlock()
 		return Output{}, err
 	}
 	tid := e.task.ID

@@ -36,8 +36,10 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		return Task{}, err
 	}
 	defer m.ops.Done()
-	e, err := m.lookup(caller, id)
+	m.mu.Lock()
+	e, err := m.lookupLocked(caller, id)
 	if err != nil {
+		m.mu.Unlock()
 		return Task{}, err
 	}
 	if !e.task.Status.Terminal() { // running, resumed or queued
