@@ -31,14 +31,10 @@
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an
 // ended task, which is [StatusResumed] until that run ends. The end of a run is seen on the
 // server's event stream (GET /global/event), with a poll of GET /session/status as the
-// fallback. A run that ends with a reply is completed from what the stream carried of it
-// (its messages and the reply's text) when the stream carried the whole run: it was
-// delivering events, without a reconnect, from before the prompt was sent to the idle event,
-// and the reply was complete at that idle, and the server has never answered within
-// 250 µs (a server over HTTP; a Client in the same process answers faster, and a read
-// costs it less). Otherwise — and for every run that ends in an error, an abort or a halt —
-// the end is decided from a read of the session's latest messages
-// (GET /session/{id}/message). Both give the same result.
+// fallback. A run that ends with a reply may be completed from what the stream carried of
+// it, when the stream carried the whole run; otherwise — and for every run that ends in an
+// error, an abort or a halt — the end is decided from a read of the session's latest
+// messages (GET /session/{id}/message). Both give the same result.
 //
 // A forked task receives the parent's messages as text before its prompt, after three
 // steps of package fork: only what follows the latest compaction summary, older tool
@@ -79,8 +75,8 @@
 //
 // # Nothing lost
 //
-// Every run that ends on the server ends in the Manager, with exactly one notification to
-// its parent: events that are missed (a dropped stream, an early or duplicate
+// Every run that ends on the server ends in the Manager, and, with notifications on (the
+// default; [WithNotifications]), gives its parent exactly one notification: events that are missed (a dropped stream, an early or duplicate
 // session.idle) are made up for by the status poll, which keeps reading an idle task's
 // latest messages, less and less often, until its run is decided; a run the server left
 // unfinished (a restart or a crash mid-step) ends in StatusError as interrupted. A run's
