@@ -102,47 +102,91 @@ func defaultConfig() config {
 	}
 }
 
+// validate checks the options, a group at a time in the order of the fields of config,
+// and returns the first bad one as [asyncagents.ErrInvalidInput]. It puts the IP addresses
+// of allowedHosts in netip's form.
 func (c *config) validate() error {
+	for _, check := range []func() error{
+		c.validateAuth,
+		c.validateStreams,
+		c.validateSessions,
+		c.validateAllowedHosts,
+		c.validateClockAndLogger,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// invalid returns a validation error: [asyncagents.ErrInvalidInput] with "dashboard: " and
+// the formatted text.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: dashboard: %s", asyncagents.ErrInvalidInput, fmt.Sprintf(format, args...))
+}
+
+// validateAuth checks [WithToken] and [WithMiddleware].
+func (c *config) validateAuth() error {
 	if c.hasToken && (c.token == "" || len(c.token) > maxToken) {
-		return fmt.Errorf("%w: dashboard: token must be 1 to %d bytes", asyncagents.ErrInvalidInput, maxToken)
+		return invalid("token must be 1 to %d bytes", maxToken)
 	}
 	for _, mw := range c.middlewares {
 		if mw == nil {
-			return fmt.Errorf("%w: dashboard: nil middleware", asyncagents.ErrInvalidInput)
+			return invalid("nil middleware")
 		}
 	}
-	if c.heartbeat <= 0 {
-		return fmt.Errorf("%w: dashboard: heartbeat %v must be positive", asyncagents.ErrInvalidInput, c.heartbeat)
+	return nil
+}
+
+// validateStreams checks [WithHeartbeat], [WithHistory] and [WithMaxStreams].
+func (c *config) validateStreams() error {
+	switch {
+	case c.heartbeat <= 0:
+		return invalid("heartbeat %v must be positive", c.heartbeat)
+	case c.history < 1 || c.history > MaxHistory:
+		return invalid("history %d must be 1 to %d", c.history, MaxHistory)
+	case c.maxStreams < 1 || c.maxStreams > MaxStreams:
+		return invalid("max streams %d must be 1 to %d", c.maxStreams, MaxStreams)
 	}
-	if c.history < 1 || c.history > MaxHistory {
-		return fmt.Errorf("%w: dashboard: history %d must be 1 to %d", asyncagents.ErrInvalidInput, c.history, MaxHistory)
+	return nil
+}
+
+// validateSessions checks [WithLoginTTL] and [WithSessionTimeout].
+func (c *config) validateSessions() error {
+	switch {
+	case c.loginTTL <= 0 || c.loginTTL > MaxLoginTTL:
+		return invalid("login TTL %v must be positive and at most %v", c.loginTTL, MaxLoginTTL)
+	case c.sessionLifetime <= 0 || c.sessionLifetime > MaxSessionLifetime:
+		return invalid("session lifetime %v must be positive and at most %v", c.sessionLifetime, MaxSessionLifetime)
+	case c.sessionIdle <= 0 || c.sessionIdle > c.sessionLifetime:
+		return invalid("session idle timeout %v must be positive and at most the lifetime %v", c.sessionIdle, c.sessionLifetime)
 	}
-	if c.maxStreams < 1 || c.maxStreams > MaxStreams {
-		return fmt.Errorf("%w: dashboard: max streams %d must be 1 to %d", asyncagents.ErrInvalidInput, c.maxStreams, MaxStreams)
-	}
-	if c.loginTTL <= 0 || c.loginTTL > MaxLoginTTL {
-		return fmt.Errorf("%w: dashboard: login TTL %v must be positive and at most %v", asyncagents.ErrInvalidInput, c.loginTTL, MaxLoginTTL)
-	}
-	if c.sessionLifetime <= 0 || c.sessionLifetime > MaxSessionLifetime {
-		return fmt.Errorf("%w: dashboard: session lifetime %v must be positive and at most %v", asyncagents.ErrInvalidInput, c.sessionLifetime, MaxSessionLifetime)
-	}
-	if c.sessionIdle <= 0 || c.sessionIdle > c.sessionLifetime {
-		return fmt.Errorf("%w: dashboard: session idle timeout %v must be positive and at most the lifetime %v", asyncagents.ErrInvalidInput, c.sessionIdle, c.sessionLifetime)
-	}
+	return nil
+}
+
+// validateAllowedHosts checks [WithAllowedHosts], and puts each IP address (without zone)
+// in netip's form: an IPv4-mapped IPv6 address as IPv4, IPv6 compressed.
+func (c *config) validateAllowedHosts() error {
 	for i, h := range c.allowedHosts {
 		if ip, err := netip.ParseAddr(h); err == nil && ip.Zone() == "" {
 			c.allowedHosts[i] = ip.Unmap().String()
 			continue
 		}
 		if len(h) > 253 || !hostPattern.MatchString(h) {
-			return fmt.Errorf("%w: dashboard: allowed host %s is not a host name or IP address without port", asyncagents.ErrInvalidInput, quote(h))
+			return invalid("allowed host %s is not a host name or IP address without port", quote(h))
 		}
 	}
-	if c.clock == nil {
-		return fmt.Errorf("%w: dashboard: nil clock", asyncagents.ErrInvalidInput)
-	}
-	if c.logger == nil {
-		return fmt.Errorf("%w: dashboard: nil logger", asyncagents.ErrInvalidInput)
+	return nil
+}
+
+// validateClockAndLogger checks [WithClock] and [WithLogger].
+func (c *config) validateClockAndLogger() error {
+	switch {
+	case c.clock == nil:
+		return invalid("nil clock")
+	case c.logger == nil:
+		return invalid("nil logger")
 	}
 	return nil
 }

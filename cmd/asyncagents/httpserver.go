@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // httpLimits bound what a connection to serve may hold without doing anything useful: a
@@ -81,4 +84,50 @@ func withCredential(h http.Handler, token string) http.Handler {
 		r.Host = "localhost"
 		h.ServeHTTP(w, r)
 	})
+}
+
+// httpService is serve's HTTP server at work on its listeners.
+type httpService struct {
+	srv      *http.Server
+	served   chan error // what Serve returned, one per listener
+	serving  sync.WaitGroup
+	endCalls context.CancelFunc // ends the calls in flight
+}
+
+// startHTTP serves remote on ln, with at most lim.maxConns connections open at once, and
+// local on the Unix socket sock (nil: none), with at most lim.maxLocalConns (newHTTPServer).
+func startHTTP(remote, local http.Handler, lim httpLimits, log *slog.Logger, ln, sock net.Listener) *httpService {
+	// Calls in flight (a blocking output waits up to 10 minutes) end when serving stops.
+	callCtx, endCalls := context.WithCancel(context.Background())
+	s := &httpService{srv: newHTTPServer(callCtx, remote, local, lim, log), endCalls: endCalls}
+	listeners := []net.Listener{netutil.LimitListener(ln, lim.maxConns)}
+	if sock != nil {
+		listeners = append(listeners, netutil.LimitListener(sock, lim.maxLocalConns))
+	}
+	s.served = make(chan error, len(listeners))
+	for _, l := range listeners {
+		s.serving.Go(func() { s.served <- s.srv.Serve(l) })
+	}
+	return s
+}
+
+// run serves until ctx is done or a listener fails, and returns that listener's error (nil
+// when ctx ended it). Then it ends the calls in flight and shuts the server down: it waits
+// at most timeout for the connections to end, closes those left, and returns once every
+// listener has stopped serving.
+func (s *httpService) run(ctx context.Context, timeout time.Duration, log *slog.Logger) error {
+	var err error
+	select {
+	case err = <-s.served:
+	case <-ctx.Done():
+		log.Info("asyncagents: stopping; tasks go on running on the server")
+	}
+	s.endCalls()
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if serr := s.srv.Shutdown(sctx); serr != nil {
+		_ = s.srv.Close()
+	}
+	s.serving.Wait()
+	return err
 }

@@ -54,99 +54,164 @@ func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 // errDiffers is returned when install would overwrite something the user has.
 var errDiffers = errors.New("differs from what asyncagents would write; see above, or rerun with -force")
 
+// install sets up c.dir for asyncagents, printing each step to out: it resolves the
+// paths, merges the bridge's entry into the project's opencode.json, decides about the
+// plugin, and then, unless something differs or c.dryRun, writes the token file, the
+// config and the plugin.
 func install(c installConfig, out io.Writer) error {
+	p, err := newInstallPlan(c)
+	if err != nil {
+		return err
+	}
+	if err := p.mergeConfig(c.prefix, c.force, out); err != nil {
+		return err
+	}
+	if !c.noPlugin {
+		if err := p.decidePlugin(c.force, out); err != nil {
+			return err
+		}
+	}
+	if p.action == "differs" {
+		return fmt.Errorf("mcp.%s in %s %w", c.prefix, p.cfgPath, errDiffers)
+	}
+	if c.dryRun {
+		p.printDryRun(out)
+		return nil
+	}
+	if err := p.write(); err != nil {
+		return err
+	}
+	printNext(out, p.dir, !c.noPlugin)
+	return nil
+}
+
+// installPlan is what install found and will write.
+type installPlan struct {
+	dir, tokenFile      string // absolute
+	cfgPath, pluginPath string // <dir>/opencode.json, <dir>/.opencode/plugin/<prefix>.js
+	entry               []byte // the bridge's entry for opencode.json (projectEntry)
+	plugin              []byte // the companion plugin
+	merged              []byte // opencode.json with the entry (mergeConfig)
+	action              string // what happens to the entry (mergeMCP): added, unchanged, replaced or differs
+	writePlugin         bool   // the plugin is missing, or differs and is to be replaced (decidePlugin)
+}
+
+// newInstallPlan resolves the paths of c, the project directory (which must exist) and
+// the token file, and makes the entry and the plugin that name them.
+func newInstallPlan(c installConfig) (*installPlan, error) {
 	if !prefixRE.MatchString(c.prefix) { // names the plugin file: never a path
-		return fmt.Errorf("bad prefix %q: want 1 to 40 letters, digits, _ or -", c.prefix)
+		return nil, fmt.Errorf("bad prefix %q: want 1 to 40 letters, digits, _ or -", c.prefix)
 	}
 	dir, err := filepath.Abs(c.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("project directory %s: not a directory", dir)
+		return nil, fmt.Errorf("project directory %s: not a directory", dir)
 	}
 	if c.tokenFile == "" {
-		return errors.New("no token file: set -token-file")
+		return nil, errors.New("no token file: set -token-file")
 	}
 	tokenFile, err := filepath.Abs(c.tokenFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	entry, err := json.Marshal(projectEntry(c.url, tokenFile))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &installPlan{
+		dir:        dir,
+		tokenFile:  tokenFile,
+		cfgPath:    filepath.Join(dir, "opencode.json"),
+		pluginPath: filepath.Join(dir, ".opencode", "plugin", c.prefix+".js"),
+		entry:      entry,
+		plugin:     []byte(mcpserver.Plugin(c.prefix, mcpserver.WithTokenFile(tokenFile))), // signs its _caller with the token
+	}, nil
+}
 
-	cfgPath := filepath.Join(dir, "opencode.json")
-	if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(filepath.Join(dir, "opencode.jsonc")); err == nil {
-			printEntry(out, c.prefix, entry)
-			return fmt.Errorf("%s has opencode.jsonc, whose comments a merge would lose: add the entry above by hand", dir)
+// mergeConfig merges the entry, as mcp.<name>, into the project's opencode.json (in
+// memory; mergeMCP) and prints what happens to it. When the project has opencode.jsonc
+// and no opencode.json, or its opencode.json is not plain JSON, it prints the entry for
+// the user to add by hand and returns an error.
+func (p *installPlan) mergeConfig(name string, force bool, out io.Writer) error {
+	if _, err := os.Stat(p.cfgPath); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(p.dir, "opencode.jsonc")); err == nil {
+			printEntry(out, name, p.entry)
+			return fmt.Errorf("%s has opencode.jsonc, whose comments a merge would lose: add the entry above by hand", p.dir)
 		}
 	}
-	old, err := os.ReadFile(cfgPath)
+	old, err := os.ReadFile(p.cfgPath)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	merged, action, err := mergeMCP(old, c.prefix, entry, c.force)
-	if err != nil {
-		printEntry(out, c.prefix, entry)
-		return fmt.Errorf("%s: %w", cfgPath, err)
+	if p.merged, p.action, err = mergeMCP(old, name, p.entry, force); err != nil {
+		printEntry(out, name, p.entry)
+		return fmt.Errorf("%s: %w", p.cfgPath, err)
 	}
-	fmt.Fprintf(out, "%s: mcp.%s %s\n", cfgPath, c.prefix, action)
+	fmt.Fprintf(out, "%s: mcp.%s %s\n", p.cfgPath, name, p.action)
+	return nil
+}
 
-	pluginPath := filepath.Join(dir, ".opencode", "plugin", c.prefix+".js")
-	plugin := []byte(mcpserver.Plugin(c.prefix, mcpserver.WithTokenFile(tokenFile))) // signs its _caller with the token
-	writePlugin := false
-	if !c.noPlugin {
-		have, err := os.ReadFile(pluginPath)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			writePlugin = true
-			fmt.Fprintf(out, "%s: written\n", pluginPath)
-		case err != nil:
-			return err
-		case bytes.Equal(have, plugin):
-			fmt.Fprintf(out, "%s: unchanged\n", pluginPath)
-		case c.force:
-			writePlugin = true
-			fmt.Fprintf(out, "%s: replaced\n", pluginPath)
-		default:
-			return fmt.Errorf("%s %w", pluginPath, errDiffers)
-		}
+// decidePlugin decides whether to write the plugin, and prints it: written when missing,
+// unchanged when the file holds it already, replaced when the file differs and force. A
+// file that differs without force is errDiffers.
+func (p *installPlan) decidePlugin(force bool, out io.Writer) error {
+	have, err := os.ReadFile(p.pluginPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		p.writePlugin = true
+		fmt.Fprintf(out, "%s: written\n", p.pluginPath)
+	case err != nil:
+		return err
+	case bytes.Equal(have, p.plugin):
+		fmt.Fprintf(out, "%s: unchanged\n", p.pluginPath)
+	case force:
+		p.writePlugin = true
+		fmt.Fprintf(out, "%s: replaced\n", p.pluginPath)
+	default:
+		return fmt.Errorf("%s %w", p.pluginPath, errDiffers)
 	}
-	if action == "differs" {
-		return fmt.Errorf("mcp.%s in %s %w", c.prefix, cfgPath, errDiffers)
+	return nil
+}
+
+// printDryRun prints what the config would read, when it changes, and that nothing was
+// written.
+func (p *installPlan) printDryRun(out io.Writer) {
+	if p.action != "unchanged" {
+		fmt.Fprintf(out, "\n%s would read:\n%s", p.cfgPath, p.merged)
 	}
-	if c.dryRun {
-		if action != "unchanged" {
-			fmt.Fprintf(out, "\n%s would read:\n%s", cfgPath, merged)
-		}
-		fmt.Fprintln(out, "\n(dry run: nothing written)")
-		return nil
-	}
-	if _, err := loadToken(tokenFile, true); err != nil {
+	fmt.Fprintln(out, "\n(dry run: nothing written)")
+}
+
+// write makes the token file when missing, then writes the config unless it is unchanged
+// and the plugin when decided (writeFile).
+func (p *installPlan) write() error {
+	if _, err := loadToken(p.tokenFile, true); err != nil {
 		return err
 	}
-	if action != "unchanged" {
-		if err := writeFile(cfgPath, merged); err != nil {
+	if p.action != "unchanged" {
+		if err := writeFile(p.cfgPath, p.merged); err != nil {
 			return err
 		}
 	}
-	if writePlugin {
-		if err := os.MkdirAll(filepath.Dir(pluginPath), 0o755); err != nil {
-			return err
-		}
-		if err := writeFile(pluginPath, plugin); err != nil {
-			return err
-		}
+	if !p.writePlugin {
+		return nil
 	}
+	if err := os.MkdirAll(filepath.Dir(p.pluginPath), 0o755); err != nil {
+		return err
+	}
+	return writeFile(p.pluginPath, p.plugin)
+}
+
+// printNext tells the user what to do after install in dir, and, with a plugin, how to
+// spare OpenCode its wait for npm when offline.
+func printNext(out io.Writer, dir string, plugin bool) {
 	fmt.Fprintf(out, "\nNext: run `asyncagents serve -dir %s`, then restart OpenCode or let serve reconnect it.\n", dir)
-	if !c.noPlugin {
+	if plugin {
 		fmt.Fprintln(out, "Offline: OpenCode installs @opencode-ai/plugin into .opencode/ at its first prompt and, without a\n"+
 			"network, waits about 70 s for npm to give up; start it with npm_config_offline=true to skip the wait.")
 	}
-	return nil
 }
 
 func printEntry(out io.Writer, name string, entry []byte) {

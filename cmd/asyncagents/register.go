@@ -126,52 +126,66 @@ func stripJSONC(data []byte) []byte {
 	out := make([]byte, 0, len(data))
 	comma := -1 // index in out of a comma that may turn out trailing
 	for i := 0; i < len(data); i++ {
-		c := data[i]
-		switch {
-		case c == '"':
-			j := i + 1
-			for j < len(data) && data[j] != '"' {
-				if data[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			j = min(j, len(data)-1)
-			out = append(out, data[i:j+1]...)
-			i = j
+		if end := commentEnd(data, i); end >= 0 {
+			out = append(out, ' ')
+			i = end - 1
+			continue
+		}
+		switch c := data[i]; c {
+		case '"':
+			end := stringEnd(data, i)
+			out = append(out, data[i:end]...)
+			i = end - 1
 			comma = -1
-			continue
-		case c == '/' && i+1 < len(data) && data[i+1] == '/':
-			end := bytes.IndexByte(data[i:], '\n')
-			if end < 0 {
-				end = len(data) - i
-			}
-			i += end - 1
-			out = append(out, ' ')
-			continue
-		case c == '/' && i+1 < len(data) && data[i+1] == '*':
-			end := bytes.Index(data[i+2:], []byte("*/"))
-			if end < 0 {
-				i = len(data)
-			} else {
-				i += end + 3
-			}
-			out = append(out, ' ')
-			continue
-		case c == '}' || c == ']':
+		case ',':
+			out = append(out, c)
+			comma = len(out) - 1
+		case ' ', '\t', '\r', '\n':
+			out = append(out, c)
+		case '}', ']':
 			if comma >= 0 {
 				out[comma] = ' '
 			}
-		case c == ',':
+			fallthrough
+		default:
 			out = append(out, c)
-			comma = len(out) - 1
-			continue
-		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
-			out = append(out, c)
-			continue
+			comma = -1
 		}
-		comma = -1
-		out = append(out, c)
 	}
 	return out
+}
+
+// stringEnd returns the index just past the JSON string that starts with the quote at
+// data[i]: past its closing quote, or len(data) when it has none.
+func stringEnd(data []byte, i int) int {
+	j := i + 1
+	for j < len(data) && data[j] != '"' {
+		if data[j] == '\\' {
+			j++
+		}
+		j++
+	}
+	return min(j+1, len(data))
+}
+
+// commentEnd returns the index just past the comment that starts at data[i]: the end of
+// the line for // (the newline is not part of it), past */ for /* (len(data) when it has
+// none); -1 when no comment starts there.
+func commentEnd(data []byte, i int) int {
+	if data[i] != '/' || i+1 >= len(data) {
+		return -1
+	}
+	switch data[i+1] {
+	case '/':
+		if n := bytes.IndexByte(data[i:], '\n'); n >= 0 {
+			return i + n
+		}
+		return len(data)
+	case '*':
+		if n := bytes.Index(data[i+2:], []byte("*/")); n >= 0 {
+			return i + 2 + n + 2
+		}
+		return len(data)
+	}
+	return -1
 }

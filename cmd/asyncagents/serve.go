@@ -14,10 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/net/netutil"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/dashboard"
@@ -189,104 +186,153 @@ func newClient(url string) (*opencode.HTTPClient, error) {
 	return opencode.NewHTTPClient(url, opts...)
 }
 
+// serve runs the Manager, the bridge and the status page for c until ctx is done or a
+// listener fails: it connects to OpenCode, opens the store and the Manager, builds the
+// bridge and the status page, listens, prints what it serves, registers the bridge with
+// each -dir, and serves; then it stops serving and closes what it opened, the last first.
 func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) (err error) {
-	client, err := newClient(c.url)
+	client, version, err := connect(ctx, c.url)
 	if err != nil {
 		return err
 	}
-	version, err := client.Health(ctx)
-	if err != nil {
-		return fmt.Errorf("OpenCode at %s: %w", c.url, err)
-	}
-	token, err := loadToken(c.tokenFile, true)
+	token, dashToken, err := serveTokens(c.tokenFile)
 	if err != nil {
 		return err
-	}
-	// The status page's credential: on Unix made for this run and kept in memory only (the
-	// socket adds it for asyncagents tasks). Windows has no socket: tasks asks over TCP with
-	// the token file's token, so there the page shares the bridge's token.
-	dashToken := token
-	if socketSupported {
-		if dashToken, err = randomToken(); err != nil {
-			return err
-		}
 	}
 	ln, err := listenLoopback(c.listen)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if c.store == "" {
-		return errors.New("no store path: set -store")
-	}
-	store, err := asyncagents.NewFileStore(c.store)
+	m, closeManager, err := openManager(client, c, log)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, store.Close()) }()
-	bounds, err := c.bounds.options()
-	if err != nil {
-		return err
-	}
-	m, err := asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
-		asyncagents.WithToolPrefix(c.prefix))...)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
-		defer cancel()
-		err = errors.Join(err, m.Close(cctx))
-	}()
-	bopts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(log)}
-	if len(c.dirs) > 0 { // else the bridge finds callers in the client's own directory
-		bopts = append(bopts, mcpserver.WithDirectories(c.dirs...))
-	}
-	bridge, err := mcpserver.New(m, client, bopts...)
+	defer func() { err = errors.Join(err, closeManager()) }()
+	bridge, err := newBridge(m, client, c.dirs, token, log)
 	if err != nil {
 		return err
 	}
 	defer bridge.Close()
-	dopts := []dashboard.Option{dashboard.WithToken(dashToken), dashboard.WithLogger(log)}
-	if c.readOnly {
-		dopts = append(dopts, dashboard.WithReadOnly())
-	}
-	dash, err := dashboard.New(m, dopts...)
+	dash, err := newDashboard(m, c.readOnly, dashToken, log)
 	if err != nil {
 		return err
 	}
 	defer dash.Close()
-	var local net.Listener
-	if c.socket != "" {
-		if local, err = listenSocket(c.socket, log); err != nil {
-			return err
-		}
+	local, err := listenLocal(c.socket, log)
+	if err != nil {
+		return err
+	}
+	if local != nil {
 		defer local.Close()
 	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", bridge)
 	mux.Handle("/", dash)
-	// Calls in flight (a blocking output waits up to 10 minutes) end when serving stops.
-	callCtx, endCalls := context.WithCancel(context.Background())
-	defer endCalls()
-	srv := newHTTPServer(callCtx, mux, withCredential(dash, dashToken), c.http, log)
-	listeners := []net.Listener{netutil.LimitListener(ln, c.http.maxConns)}
-	if local != nil {
-		listeners = append(listeners, netutil.LimitListener(local, c.http.maxLocalConns))
-	}
-	served := make(chan error, len(listeners))
-	var serving sync.WaitGroup
-	for _, l := range listeners {
-		serving.Go(func() { served <- srv.Serve(l) })
-	}
-
+	srv := startHTTP(mux, withCredential(dash, dashToken), c.http, log, ln, local)
 	base := "http://" + ln.Addr().String()
+	printServing(out, c, version, base, dash.LoginLink(), local != nil)
+	registerBridge(ctx, client, c, base+"/mcp", token, out, log)
+	fmt.Fprintln(out, "Ready. Stop with Ctrl-C.")
+	return srv.run(ctx, c.shutdown, log)
+}
+
+// connect returns a client for the OpenCode server at url and the server's version (GET
+// /global/health), or an error when the server does not answer.
+func connect(ctx context.Context, url string) (*opencode.HTTPClient, string, error) {
+	client, err := newClient(url)
+	if err != nil {
+		return nil, "", err
+	}
+	version, err := client.Health(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("OpenCode at %s: %w", url, err)
+	}
+	return client, version, nil
+}
+
+// serveTokens returns the bridge's token, read from tokenFile (created when missing), and
+// the status page's credential: on Unix made for this run and kept in memory only (the
+// socket adds it for asyncagents tasks). Windows has no socket: tasks asks over TCP with
+// the token file's token, so there the page shares the bridge's token.
+func serveTokens(tokenFile string) (token, dashToken string, err error) {
+	if token, err = loadToken(tokenFile, true); err != nil {
+		return "", "", err
+	}
+	if !socketSupported {
+		return token, token, nil
+	}
+	if dashToken, err = randomToken(); err != nil {
+		return "", "", err
+	}
+	return token, dashToken, nil
+}
+
+// openManager opens the task store c.store and starts the Manager on it, with c's task
+// bounds, logger and tool prefix. closeManager closes the Manager, waiting at most
+// c.shutdown, then the store, and returns their errors joined.
+func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *asyncagents.Manager, closeManager func() error, err error) {
+	if c.store == "" {
+		return nil, nil, errors.New("no store path: set -store")
+	}
+	store, err := asyncagents.NewFileStore(c.store)
+	if err != nil {
+		return nil, nil, err
+	}
+	bounds, err := c.bounds.options()
+	if err != nil {
+		return nil, nil, errors.Join(err, store.Close())
+	}
+	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
+		asyncagents.WithToolPrefix(c.prefix))...)
+	if err != nil {
+		return nil, nil, errors.Join(err, store.Close())
+	}
+	return m, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
+		defer cancel()
+		return errors.Join(m.Close(ctx), store.Close())
+	}, nil
+}
+
+// newBridge returns the MCP bridge of m, which asks for token and finds callers in dirs
+// (none: in the OpenCode server's own directory).
+func newBridge(m *asyncagents.Manager, client opencode.Client, dirs []string, token string, log *slog.Logger) (*mcpserver.Server, error) {
+	opts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(log)}
+	if len(dirs) > 0 {
+		opts = append(opts, mcpserver.WithDirectories(dirs...))
+	}
+	return mcpserver.New(m, client, opts...)
+}
+
+// newDashboard returns the status page of m, which asks for token.
+func newDashboard(m *asyncagents.Manager, readOnly bool, token string, log *slog.Logger) (*dashboard.Handler, error) {
+	opts := []dashboard.Option{dashboard.WithToken(token), dashboard.WithLogger(log)}
+	if readOnly {
+		opts = append(opts, dashboard.WithReadOnly())
+	}
+	return dashboard.New(m, opts...)
+}
+
+// listenLocal listens on the Unix socket at path for asyncagents tasks (listenSocket); it
+// returns a nil listener for the path "" (no socket).
+func listenLocal(path string, log *slog.Logger) (net.Listener, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return listenSocket(path, log)
+}
+
+// printServing tells the user what serve serves at base (http://host:port): the OpenCode
+// server, the bridge, the status page's login link, the socket when it has one, the store,
+// and, unless it registers the bridge with each -dir, the entry to add to opencode.json.
+func printServing(out io.Writer, c serveConfig, version, base, loginLink string, socket bool) {
 	mcpURL := base + "/mcp"
 	fmt.Fprintf(out, "asyncagents serve: OpenCode %s at %s\n", quote(version), quote(c.url))
 	fmt.Fprintf(out, "  MCP bridge:   %s (server name %q)\n", mcpURL, c.prefix)
-	fmt.Fprintf(out, "  status page:  %s (works once, within %v; asyncagents login prints another)\n", base+"/"+dash.LoginLink(), dashboard.DefaultLoginTTL)
-	if local != nil {
+	fmt.Fprintf(out, "  status page:  %s (works once, within %v; asyncagents login prints another)\n", base+"/"+loginLink, dashboard.DefaultLoginTTL)
+	if socket {
 		fmt.Fprintf(out, "  socket:       %s (for asyncagents tasks)\n", quote(c.socket))
 	}
 	fmt.Fprintf(out, "  task store:   %s\n", quote(c.store))
@@ -295,32 +341,24 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		snippet, _ := json.MarshalIndent(map[string]any{"mcp": map[string]any{c.prefix: projectEntry(mcpURL, tokenFile)}}, "  ", "  ")
 		fmt.Fprintf(out, "Add to your project's opencode.json (or run `asyncagents install`):\n  %s\n", escapeJSON(snippet))
 	}
-	if c.register {
-		for _, dir := range c.dirs {
-			st, err := register(ctx, client, dir, c.prefix, mcpURL, token)
-			if err != nil {
-				log.Warn("asyncagents: register the bridge", "dir", dir, "err", err)
-				fmt.Fprintf(out, "  %s: not registered: %s\n", quote(dir), quote(err.Error()))
-				continue
-			}
-			fmt.Fprintf(out, "  %s: %s\n", quote(dir), quote(st))
-		}
-	}
-	fmt.Fprintln(out, "Ready. Stop with Ctrl-C.")
+}
 
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-		log.Info("asyncagents: stopping; tasks go on running on the server")
+// registerBridge registers the bridge at mcpURL with the OpenCode instance of each of
+// c.dirs (register), unless -register=false, and prints what it did for each. A directory
+// that fails is printed and logged, and serve goes on.
+func registerBridge(ctx context.Context, client *opencode.HTTPClient, c serveConfig, mcpURL, token string, out io.Writer, log *slog.Logger) {
+	if !c.register {
+		return
 	}
-	endCalls()
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
-	defer cancel()
-	if serr := srv.Shutdown(sctx); serr != nil {
-		_ = srv.Close()
+	for _, dir := range c.dirs {
+		st, err := register(ctx, client, dir, c.prefix, mcpURL, token)
+		if err != nil {
+			log.Warn("asyncagents: register the bridge", "dir", dir, "err", err)
+			fmt.Fprintf(out, "  %s: not registered: %s\n", quote(dir), quote(err.Error()))
+			continue
+		}
+		fmt.Fprintf(out, "  %s: %s\n", quote(dir), quote(st))
 	}
-	serving.Wait()
-	return err
 }
 
 // listenLoopback listens on addr, which must name a loopback host.
