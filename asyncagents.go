@@ -75,7 +75,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		batches:   map[string]*batch{},
 		open:      map[string]string{},
 		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1)},
-		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}}},
+		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
 		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}},
 		mirrors:   mirrors{logs: map[string]*runLog{}},
 		lossGrace: lossGrace,

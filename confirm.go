@@ -19,12 +19,15 @@ import (
 const maxConfirms = 4096
 
 // confirmations are the notifications posted with prompt_async whose message the server has
-// not shown yet, by message id; n counts them for the event reader, which looks only while
-// some wait. Guarded by mu, not Manager.mu.
+// not shown yet: by message id, in the order they were posted (order, which may still hold ids
+// confirmed since), and counted per parent session; n counts them all for the event reader,
+// which looks only while some wait. Guarded by mu, not Manager.mu.
 type confirmations struct {
-	mu   sync.Mutex
-	byID map[string]posted
-	n    atomic.Int64
+	mu      sync.Mutex
+	byID    map[string]posted
+	order   []string
+	parents map[string]int
+	n       atomic.Int64
 }
 
 // posted is a notification waiting for its message to show up.
@@ -33,40 +36,88 @@ type posted struct {
 	at                time.Time
 }
 
-// awaitPosted records a notification posted as message id.
-func (m *Manager) awaitPosted(id string, p posted) {
-	m.notes.confirms.mu.Lock()
-	defer m.notes.confirms.mu.Unlock()
-	if len(m.notes.confirms.byID) >= maxConfirms {
-		var oldest string
-		for k, o := range m.notes.confirms.byID {
-			if oldest == "" || o.at.Before(m.notes.confirms.byID[oldest].at) {
-				oldest = k
-			}
-		}
-		delete(m.notes.confirms.byID, oldest)
+// add records a notification posted as message id; beyond maxConfirms the oldest is trusted.
+func (c *confirmations) add(id string, p posted) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.byID) >= maxConfirms && len(c.order) > 0 {
+		c.removeLocked(c.order[0])
+		c.order = c.order[1:]
 	}
-	m.notes.confirms.byID[id] = p
-	m.notes.confirms.n.Store(int64(len(m.notes.confirms.byID)))
+	c.byID[id] = p
+	c.order = append(c.order, id)
+	c.parents[p.parent]++
+	c.n.Store(int64(len(c.byID)))
 }
 
-// confirmPosted takes a message.updated event's properties: a message a notification was
-// posted as is confirmed.
-func (m *Manager) confirmPosted(props []byte) {
-	var ev struct {
-		Info struct {
-			ID string `json:"id"`
-		} `json:"info"`
+// removeLocked forgets message id, if it waits.
+func (c *confirmations) removeLocked(id string) (posted, bool) {
+	p, ok := c.byID[id]
+	if !ok {
+		return posted{}, false
 	}
-	if json.Unmarshal(props, &ev) != nil || ev.Info.ID == "" {
+	delete(c.byID, id)
+	if c.parents[p.parent]--; c.parents[p.parent] <= 0 {
+		delete(c.parents, p.parent)
+	}
+	if len(c.byID) == 0 {
+		c.order = nil // the ids confirmed meanwhile go with it
+	}
+	c.n.Store(int64(len(c.byID)))
+	return p, true
+}
+
+// remove forgets message id.
+func (c *confirmations) remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(id)
+}
+
+// waitsIn reports whether a notification posted to session sid waits.
+func (c *confirmations) waitsIn(sid []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.parents[string(sid)] > 0
+}
+
+// due returns the notifications posted grace ago or earlier.
+func (c *confirmations) due(now time.Time, grace time.Duration) map[string]posted {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	due := map[string]posted{}
+	for id, p := range c.byID {
+		if now.Sub(p.at) >= grace {
+			due[id] = p
+		}
+	}
+	return due
+}
+
+// awaitPosted records a notification posted as message id.
+func (m *Manager) awaitPosted(id string, p posted) { m.notes.confirms.add(id, p) }
+
+// confirmPosted takes a message.updated event: a message a notification was posted as is
+// confirmed. Only the events of parents with notifications waiting are read further than
+// their session id.
+func (m *Manager) confirmPosted(ev opencode.Event) {
+	c := &m.notes.confirms
+	if sid := eventSession(ev); sid == nil || !c.waitsIn(sid) {
 		return
 	}
-	m.notes.confirms.mu.Lock()
-	defer m.notes.confirms.mu.Unlock()
-	if _, ok := m.notes.confirms.byID[ev.Info.ID]; ok {
-		delete(m.notes.confirms.byID, ev.Info.ID)
-		m.notes.confirms.n.Store(int64(len(m.notes.confirms.byID)))
+	id := string(opencode.LeadingInfoID(ev.Properties))
+	if id == "" {
+		var p struct {
+			Info struct {
+				ID string `json:"id"`
+			} `json:"info"`
+		}
+		if json.Unmarshal(ev.Properties, &p) != nil {
+			return
+		}
+		id = p.Info.ID
 	}
+	c.remove(id)
 }
 
 // checkPosted reads the messages of notifications posted lossGrace ago or earlier that the
@@ -76,25 +127,14 @@ func (m *Manager) checkPosted() {
 	m.mu.Lock()
 	grace := m.lossGrace
 	m.mu.Unlock()
-	m.notes.confirms.mu.Lock()
-	due := map[string]posted{}
-	for id, p := range m.notes.confirms.byID {
-		if now.Sub(p.at) >= grace {
-			due[id] = p
-		}
-	}
-	m.notes.confirms.mu.Unlock()
-	for id, p := range due {
+	for id, p := range m.notes.confirms.due(now, grace) {
 		ctx, cancel := m.requestCtx()
 		_, err := m.client.Message(ctx, p.parent, id)
 		cancel()
 		if err != nil && !errors.Is(err, opencode.ErrNotFound) {
 			continue // asked again at the next poll
 		}
-		m.notes.confirms.mu.Lock()
-		delete(m.notes.confirms.byID, id)
-		m.notes.confirms.n.Store(int64(len(m.notes.confirms.byID)))
-		m.notes.confirms.mu.Unlock()
+		m.notes.confirms.remove(id)
 		if err == nil {
 			continue
 		}

@@ -165,7 +165,7 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 			l.add(logFrame{props: ev.Properties, msg: true})
 		}
 		if m.notes.confirms.n.Load() > 0 {
-			m.confirmPosted(ev.Properties)
+			m.confirmPosted(ev)
 		}
 	case opencode.EventMessageRemoved, opencode.EventMessagePartRemoved:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {

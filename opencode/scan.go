@@ -20,6 +20,25 @@ func LeadingSessionID(props []byte) []byte {
 	return nil
 }
 
+// LeadingInfoID returns the message id of a message.updated event when OpenCode writes it
+// right after the session id ({"sessionID":"ses_…","info":{"id":"msg_…",…}), without a copy;
+// nil for any other shape (OpenCode writes some with the role first: then decode).
+func LeadingInfoID(props []byte) []byte {
+	sid := LeadingSessionID(props)
+	if sid == nil {
+		return nil
+	}
+	const mid = `","info":{"id":"`
+	rest, ok := bytes.CutPrefix(props[len(`{"sessionID":"`)+len(sid):], []byte(mid))
+	if !ok {
+		return nil
+	}
+	if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+		return rest[:i]
+	}
+	return nil
+}
+
 // BareStatusType returns the type of a session.status event's status when the status has no
 // other field, as OpenCode writes busy and idle ({"sessionID":…,"status":{"type":"idle"}});
 // ok is false for any other shape (a retry, with its message), which must be decoded.

@@ -58,3 +58,19 @@ func TestLeadingSessionID(t *testing.T) {
 		}
 	}
 }
+
+// A message.updated event's message id is read in place when OpenCode writes it right after
+// the session id; any other shape is left to a decode.
+func TestLeadingInfoID(t *testing.T) {
+	for props, want := range map[string]string{
+		`{"sessionID":"ses_1","info":{"id":"msg_1","role":"user"}}`: "msg_1",
+		`{"sessionID":"ses_1","info":{"role":"user","id":"msg_1"}}`: "",
+		`{"info":{"id":"msg_1"},"sessionID":"ses_1"}`:               "",
+		`{"sessionID":"ses_1","info":{"id":"msg_\u0031"}}`:          "",
+		`{"sessionID":"ses_1"}`:                                     "",
+	} {
+		if got := string(opencode.LeadingInfoID([]byte(props))); got != want {
+			t.Errorf("LeadingInfoID(%s) = %q, want %q", props, got, want)
+		}
+	}
+}
