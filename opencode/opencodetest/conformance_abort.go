@@ -1,0 +1,62 @@
+package opencodetest
+
+import "github.com/asyncagents/asyncagents/opencode"
+
+func checkAbortBusy(k *checker) {
+	events := k.subscribe()
+	s := k.session(opencode.CreateSessionRequest{Title: "conformance abort"})
+	if s == nil || events == nil {
+		return
+	}
+	if !k.ok(k.c.PromptAsync(k.ctx, s.ID, opencode.PromptRequest{Parts: text("SLEEP:30")}), "PromptAsync") {
+		return
+	}
+	// Abort while the model streams its text: the run's state is then the same on every
+	// server (earlier, OpenCode may still be writing the step's first updates).
+	started := events.streaming(s.ID)
+	if indexOf(started, 0, isStatus("busy")) < 0 {
+		k.errorf("events %s: want session.status busy before the text part", types(started))
+	}
+	for _, dir := range []string{"", k.h.Directory} {
+		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && st[s.ID].Type != "busy" {
+			k.errorf("SessionStatus(%q) of a running session = %v, want busy", dir, st)
+		}
+	}
+	if !k.ok(k.c.Abort(k.ctx, s.ID), "Abort") {
+		return
+	}
+	evs := events.idles(s.ID, 2)
+	errAt := indexOf(evs, 0, isType(opencode.EventSessionError))
+	if errAt < 0 || evs[errAt].p.Error.Name != "MessageAbortedError" || indexOf(evs, 0, isType(opencode.EventSessionIdle)) < errAt {
+		k.errorf("events after Abort %s: want session.error MessageAbortedError, then idle", types(evs))
+	}
+	if msgs := k.messages(s.ID, 1); len(msgs) == 1 {
+		in := msgs[0].Info
+		if in.Role != opencode.RoleAssistant || in.Error == nil || in.Error.Name != "MessageAbortedError" ||
+			in.Error.Message() != "Aborted" || in.Time.Completed == 0 || in.Finish != "" {
+			k.errorf("aborted message info = %+v, error %+v", in, in.Error)
+		}
+	}
+	if st, err := k.c.SessionStatus(k.ctx, ""); k.ok(err, "SessionStatus") {
+		if _, busy := st[s.ID]; busy {
+			k.errorf("status after Abort = %v, want absent", st[s.ID])
+		}
+	}
+}
+
+func checkAbortIdle(k *checker) {
+	s := k.session(opencode.CreateSessionRequest{Title: "conformance idle abort"})
+	events := k.subscribe()
+	if s == nil || events == nil {
+		return
+	}
+	for _, id := range []string{s.ID, unknownSession} {
+		if !k.ok(k.c.Abort(k.ctx, id), "Abort(idle or unknown)") {
+			continue
+		}
+		evs := events.idles(id, 1)
+		if len(evs) != 2 || !isStatus("idle")(evs[0]) {
+			k.errorf("events after Abort(%s) %s: want session.status idle, session.idle", id, types(evs))
+		}
+	}
+}
