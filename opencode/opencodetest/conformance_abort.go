@@ -2,6 +2,10 @@ package opencodetest
 
 import "github.com/asyncagents/asyncagents/opencode"
 
+// checkAbortBusy: a session is busy (in its events and in SessionStatus of the default and
+// of the project directory) while its model streams; Abort then ends the run with
+// MessageAbortedError on the assistant message, session.error before idle, and the session
+// leaves SessionStatus.
 func checkAbortBusy(k *checker) {
 	events := k.subscribe()
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance abort"})
@@ -13,37 +17,56 @@ func checkAbortBusy(k *checker) {
 	}
 	// Abort while the model streams its text: the run's state is then the same on every
 	// server (earlier, OpenCode may still be writing the step's first updates).
-	started := events.streaming(s.ID)
+	checkStreamingBusy(k, events, s.ID)
+	if !k.ok(k.c.Abort(k.ctx, s.ID), "Abort") {
+		return
+	}
+	checkAborted(k, events, s.ID)
+}
+
+// checkStreamingBusy waits until the session's model streams its text and checks that the
+// session is busy: session.status busy came first, and SessionStatus says so.
+func checkStreamingBusy(k *checker, events *eventReader, sessionID string) {
+	started := events.streaming(sessionID)
 	if indexOf(started, 0, isStatus("busy")) < 0 {
 		k.errorf("events %s: want session.status busy before the text part", types(started))
 	}
 	for _, dir := range []string{"", k.h.Directory} {
-		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && st[s.ID].Type != "busy" {
+		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && st[sessionID].Type != "busy" {
 			k.errorf("SessionStatus(%q) of a running session = %v, want busy", dir, st)
-		}
-	}
-	if !k.ok(k.c.Abort(k.ctx, s.ID), "Abort") {
-		return
-	}
-	evs := events.idles(s.ID, 2)
-	errAt := indexOf(evs, 0, isType(opencode.EventSessionError))
-	if errAt < 0 || evs[errAt].p.Error.Name != "MessageAbortedError" || indexOf(evs, 0, isType(opencode.EventSessionIdle)) < errAt {
-		k.errorf("events after Abort %s: want session.error MessageAbortedError, then idle", types(evs))
-	}
-	if msgs := k.messages(s.ID, 1); len(msgs) == 1 {
-		in := msgs[0].Info
-		if in.Role != opencode.RoleAssistant || in.Error == nil || in.Error.Name != "MessageAbortedError" ||
-			in.Error.Message() != "Aborted" || in.Time.Completed == 0 || in.Finish != "" {
-			k.errorf("aborted message info = %+v, error %+v", in, in.Error)
-		}
-	}
-	if st, err := k.c.SessionStatus(k.ctx, ""); k.ok(err, "SessionStatus") {
-		if _, busy := st[s.ID]; busy {
-			k.errorf("status after Abort = %v, want absent", st[s.ID])
 		}
 	}
 }
 
+// checkAborted checks a session after Abort ended its run: the events up to the second
+// idle, the aborted assistant message, and its absence from SessionStatus.
+func checkAborted(k *checker, events *eventReader, sessionID string) {
+	evs := events.idles(sessionID, 2)
+	errAt := indexOf(evs, 0, isType(opencode.EventSessionError))
+	if errAt < 0 || evs[errAt].p.Error.Name != "MessageAbortedError" || indexOf(evs, 0, isType(opencode.EventSessionIdle)) < errAt {
+		k.errorf("events after Abort %s: want session.error MessageAbortedError, then idle", types(evs))
+	}
+	if msgs := k.messages(sessionID, 1); len(msgs) == 1 {
+		checkAbortedMessage(k, msgs[0].Info)
+	}
+	if st, err := k.c.SessionStatus(k.ctx, ""); k.ok(err, "SessionStatus") {
+		if _, busy := st[sessionID]; busy {
+			k.errorf("status after Abort = %v, want absent", st[sessionID])
+		}
+	}
+}
+
+// checkAbortedMessage: the aborted assistant message is completed without a finish and
+// carries MessageAbortedError "Aborted".
+func checkAbortedMessage(k *checker, in opencode.MessageInfo) {
+	if in.Role != opencode.RoleAssistant || in.Error == nil || in.Error.Name != "MessageAbortedError" ||
+		in.Error.Message() != "Aborted" || in.Time.Completed == 0 || in.Finish != "" {
+		k.errorf("aborted message info = %+v, error %+v", in, in.Error)
+	}
+}
+
+// checkAbortIdle: Abort of an idle and of an unknown session succeeds and emits
+// session.status idle, then session.idle.
 func checkAbortIdle(k *checker) {
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance idle abort"})
 	events := k.subscribe()

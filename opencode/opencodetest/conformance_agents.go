@@ -2,6 +2,8 @@ package opencodetest
 
 import "github.com/asyncagents/asyncagents/opencode"
 
+// checkAgents: the agent list holds the default agents with their modes, the hidden ones
+// hidden, the others described.
 func checkAgents(k *checker) {
 	agents, err := k.c.Agents(k.ctx, "")
 	if !k.ok(err, "Agents") {
@@ -24,6 +26,8 @@ func checkAgents(k *checker) {
 	}
 }
 
+// checkUnknownAgent: a PromptAsync naming an unknown agent stores nothing and sends just two
+// session.error events, the first naming the available agents; a Prompt naming it is HTTP 500.
 func checkUnknownAgent(k *checker) {
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance unknown agent"})
 	events := k.subscribe()
@@ -57,6 +61,8 @@ func checkUnknownAgent(k *checker) {
 	}
 }
 
+// checkUnknownModel: a prompt naming an unknown model of the scripted provider stores the
+// user message only and sends busy, session.error "Model not found", idle.
 func checkUnknownModel(k *checker) {
 	events := k.subscribe()
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance unknown model"})
@@ -77,6 +83,8 @@ func checkUnknownModel(k *checker) {
 	}
 }
 
+// checkModelFailure: a model answering HTTP 400 fails the run with session.error APIError,
+// and the failed assistant message carries the status, no finish and no parts.
 func checkModelFailure(k *checker) {
 	events := k.subscribe()
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance model failure"})

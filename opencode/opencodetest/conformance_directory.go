@@ -8,7 +8,9 @@ import (
 )
 
 // checkDirectory: a child session created in another directory than its parent's belongs
-// to that directory's instance, whatever the client's default.
+// to that directory's instance, whatever the client's default: its Directory, the agents of
+// that directory, its status (busy there only), the Directory of its events, and the
+// working directory its model is told.
 func checkDirectory(k *checker) {
 	other := k.h.OtherDirectory
 	if other == "" {
@@ -23,6 +25,26 @@ func checkDirectory(k *checker) {
 	if s == nil {
 		return
 	}
+	checkSessionInOther(k, s, parent)
+	seen := 0
+	if k.h.Requests != nil {
+		seen = len(k.h.Requests())
+	}
+	if !k.ok(k.c.PromptAsync(k.ctx, s.ID, opencode.PromptRequest{Parts: text("SLEEP:30 directory")}), "PromptAsync") {
+		return
+	}
+	evs := events.streaming(s.ID)
+	checkStatusByDirectory(k, s.ID)
+	k.ok(k.c.Abort(k.ctx, s.ID), "Abort")
+	evs = append(evs, events.idles(s.ID, 2)...)
+	checkEventDirectories(k, evs)
+	checkModelToldDirectory(k, seen)
+}
+
+// checkSessionInOther checks session s, created in [Harness.OtherDirectory] as a child of
+// parent: its fields, GetSession's Directory, and the agents of that directory.
+func checkSessionInOther(k *checker, s, parent *opencode.Session) {
+	other := k.h.OtherDirectory
 	if s.Directory != other || s.ParentID != parent.ID || parent.Directory != k.h.Directory {
 		k.errorf("session created in %s = %+v (parent %+v)", other, s, parent)
 	}
@@ -33,30 +55,37 @@ func checkDirectory(k *checker) {
 		!slices.ContainsFunc(agents, func(a opencode.Agent) bool { return a.Name == "build" }) {
 		k.errorf("Agents(%s) = %v, want build among them", other, agents)
 	}
-	seen := 0
-	if k.h.Requests != nil {
-		seen = len(k.h.Requests())
-	}
-	if !k.ok(k.c.PromptAsync(k.ctx, s.ID, opencode.PromptRequest{Parts: text("SLEEP:30 directory")}), "PromptAsync") {
-		return
-	}
-	evs := events.streaming(s.ID)
-	for dir, busy := range map[string]bool{other: true, "": false, k.h.Directory: false} {
-		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && (st[s.ID].Type == "busy") != busy {
-			k.errorf("SessionStatus(%q)[%s] = %+v, want busy %v", dir, s.ID, st[s.ID], busy)
+}
+
+// checkStatusByDirectory: a running session of [Harness.OtherDirectory] is busy in that
+// directory's SessionStatus only.
+func checkStatusByDirectory(k *checker, sessionID string) {
+	for dir, busy := range map[string]bool{k.h.OtherDirectory: true, "": false, k.h.Directory: false} {
+		if st, err := k.c.SessionStatus(k.ctx, dir); k.ok(err, "SessionStatus") && (st[sessionID].Type == "busy") != busy {
+			k.errorf("SessionStatus(%q)[%s] = %+v, want busy %v", dir, sessionID, st[sessionID], busy)
 		}
 	}
-	k.ok(k.c.Abort(k.ctx, s.ID), "Abort")
-	evs = append(evs, events.idles(s.ID, 2)...)
+}
+
+// checkEventDirectories: every event of the session carries [Harness.OtherDirectory].
+func checkEventDirectories(k *checker, evs []sessionEv) {
+	other := k.h.OtherDirectory
 	for _, e := range evs {
 		if e.Directory != other {
 			k.errorf("event %s of the session has directory %q, want %q", e.Type, e.Directory, other)
 			break
 		}
 	}
+}
+
+// checkModelToldDirectory: the model request of the session's prompt, among the requests
+// after the first seen, tells the model its working directory (when the harness shows the
+// requests).
+func checkModelToldDirectory(k *checker, seen int) {
 	if k.h.Requests == nil {
 		return
 	}
+	other := k.h.OtherDirectory
 	var sys string
 	for _, r := range k.h.Requests()[seen:] {
 		if _, u := r.LastUser(); r.Kind == KindChat && strings.Contains(u, "SLEEP:30 directory") {

@@ -10,6 +10,8 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
+// checkNoReply: a NoReply prompt stores the user message with its parts (a synthetic one
+// too), returns it, and calls no model.
 func checkNoReply(k *checker) {
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance no reply"})
 	if s == nil {
@@ -28,11 +30,17 @@ func checkNoReply(k *checker) {
 	if msgs := k.messages(s.ID, 0); len(msgs) != 1 || msgs[0].Info.ID != m.Info.ID {
 		k.errorf("messages after NoReply = %d, want just the user message", len(msgs))
 	}
-	if k.h.Requests != nil {
-		for _, r := range k.h.Requests() {
-			if r.Contains(token) {
-				k.errorf("a NoReply prompt called the model")
-			}
+	checkModelNotCalled(k, token)
+}
+
+// checkModelNotCalled: no model request holds token (when the harness shows the requests).
+func checkModelNotCalled(k *checker, token string) {
+	if k.h.Requests == nil {
+		return
+	}
+	for _, r := range k.h.Requests() {
+		if r.Contains(token) {
+			k.errorf("a NoReply prompt called the model")
 		}
 	}
 }
@@ -96,63 +104,79 @@ func checkPaging(k *checker) {
 		k.errorf("messages = %d, want 7", len(all))
 		return
 	}
-	ids := func(msgs []opencode.Message) []string {
-		var out []string
-		for _, m := range msgs {
-			out = append(out, m.Info.ID)
-		}
-		return out
-	}
-	want := ids(all)
-	// read pages with the given limits (the last one repeats) from cursor, and check them.
-	read := func(cursor string, limits ...int) []string {
-		var got []string
-		for i := 0; ; i++ {
-			limit := limits[min(i, len(limits)-1)]
-			page, next, err := k.c.MessagesBefore(k.ctx, s.ID, limit, cursor)
-			if !k.ok(err, fmt.Sprintf("MessagesBefore(limit %d, page %d)", limit, i)) {
-				return nil
-			}
-			if len(page) == 0 || len(page) > limit {
-				k.errorf("limits %v: page %d has %d messages", limits, i, len(page))
-				return nil
-			}
-			got = append(ids(page), got...)
-			if next == "" {
-				return got
-			}
-			if i > len(want) {
-				k.errorf("limits %v: more pages than messages", limits)
-				return nil
-			}
-			cursor = next
-		}
-	}
+	want := messageIDs(all)
 	for _, limits := range [][]int{{3}, {2}, {1}, {7}, {8}, {100}, {4, 3}, {5, 2}, {6, 1}, {2, 4, 10}} {
-		if got := read("", limits...); got != nil && !slices.Equal(got, want) {
+		if got := readPages(k, s.ID, len(want), "", limits...); got != nil && !slices.Equal(got, want) {
 			k.errorf("pages of %v rebuilt %v, want %v", limits, got, want)
 		}
 	}
 	if page, next, err := k.c.MessagesBefore(k.ctx, s.ID, 7, ""); k.ok(err, "MessagesBefore(limit 7)") && (next != "" || len(page) != 7) {
 		k.errorf("MessagesBefore(limit = all 7) = %d messages, cursor %q; want all and no cursor", len(page), next)
 	}
+	checkCursorAfterNewer(k, s.ID, want)
+	checkPagingErrors(k, s.ID)
+}
 
-	first, next, err := k.c.MessagesBefore(k.ctx, s.ID, 3, "")
-	if k.ok(err, "MessagesBefore(limit 3)") && next != "" {
-		if !slices.Equal(ids(first), want[4:]) {
-			k.errorf("first page %v, want the newest three %v", ids(first), want[4:])
+// messageIDs returns the ids of msgs, in order.
+func messageIDs(msgs []opencode.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.Info.ID)
+	}
+	return out
+}
+
+// readPages reads the pages of a session of count messages from cursor with the given
+// limits (the last one repeats), checks each page, and returns the ids read, oldest first;
+// nil after a violation.
+func readPages(k *checker, sessionID string, count int, cursor string, limits ...int) []string {
+	var got []string
+	for i := 0; ; i++ {
+		limit := limits[min(i, len(limits)-1)]
+		page, next, err := k.c.MessagesBefore(k.ctx, sessionID, limit, cursor)
+		if !k.ok(err, fmt.Sprintf("MessagesBefore(limit %d, page %d)", limit, i)) {
+			return nil
 		}
-		if _, err := k.c.Prompt(k.ctx, s.ID, opencode.PromptRequest{NoReply: true, Parts: text("newer")}); k.ok(err, "Prompt(NoReply)") {
-			if got := read(next, 3); got != nil && !slices.Equal(got, want[:4]) {
-				k.errorf("after a newer message, the cursor read %v, want %v", got, want[:4])
-			}
+		if len(page) == 0 || len(page) > limit {
+			k.errorf("limits %v: page %d has %d messages", limits, i, len(page))
+			return nil
+		}
+		got = append(messageIDs(page), got...)
+		if next == "" {
+			return got
+		}
+		if i > count {
+			k.errorf("limits %v: more pages than messages", limits)
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// checkCursorAfterNewer: the first page holds the newest messages, and its cursor still
+// reads the older ones after a newer message arrived.
+func checkCursorAfterNewer(k *checker, sessionID string, want []string) {
+	first, next, err := k.c.MessagesBefore(k.ctx, sessionID, 3, "")
+	if !k.ok(err, "MessagesBefore(limit 3)") || next == "" {
+		return
+	}
+	if !slices.Equal(messageIDs(first), want[4:]) {
+		k.errorf("first page %v, want the newest three %v", messageIDs(first), want[4:])
+	}
+	if _, err := k.c.Prompt(k.ctx, sessionID, opencode.PromptRequest{NoReply: true, Parts: text("newer")}); k.ok(err, "Prompt(NoReply)") {
+		if got := readPages(k, sessionID, len(want), next, 3); got != nil && !slices.Equal(got, want[:4]) {
+			k.errorf("after a newer message, the cursor read %v, want %v", got, want[:4])
 		}
 	}
+}
 
-	if _, _, err := k.c.MessagesBefore(k.ctx, s.ID, 2, "abc"); !isAPIError(err, 400) {
+// checkPagingErrors: a bad cursor is HTTP 400, a limit below 1 an error, an unknown session
+// ErrNotFound.
+func checkPagingErrors(k *checker, sessionID string) {
+	if _, _, err := k.c.MessagesBefore(k.ctx, sessionID, 2, "abc"); !isAPIError(err, 400) {
 		k.errorf("MessagesBefore(cursor \"abc\") = %v, want HTTP 400", err)
 	}
-	if _, _, err := k.c.MessagesBefore(k.ctx, s.ID, 0, ""); err == nil {
+	if _, _, err := k.c.MessagesBefore(k.ctx, sessionID, 0, ""); err == nil {
 		k.errorf("MessagesBefore(limit 0) succeeded, want an error")
 	}
 	if _, _, err := k.c.MessagesBefore(k.ctx, unknownSession, 2, ""); !errors.Is(err, opencode.ErrNotFound) {

@@ -149,6 +149,16 @@ func isStatus(typ string) func(sessionEv) bool {
 
 func isType(typ string) func(sessionEv) bool { return func(e sessionEv) bool { return e.Type == typ } }
 
+// isRole matches the message.updated events of messages with role.
+func isRole(role string) func(sessionEv) bool {
+	return func(e sessionEv) bool { i, ok := e.info(); return ok && i.Role == role }
+}
+
+// isFinish matches the message.updated events of messages that finished with finish.
+func isFinish(finish string) func(sessionEv) bool {
+	return func(e sessionEv) bool { i, ok := e.info(); return ok && i.Finish == finish }
+}
+
 // info decodes the message info of a message.updated event.
 func (e sessionEv) info() (opencode.MessageInfo, bool) {
 	var m opencode.Message

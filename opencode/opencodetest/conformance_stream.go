@@ -8,6 +8,10 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
+// checkEventStream checks the [opencode.EventStream] contract: every open stream carries an
+// event, with its Directory; Close is idempotent and ends the range with an error matching
+// net.ErrClosed, after which it yields nothing; cancelling the context of Events ends the
+// range with context.Canceled.
 func checkEventStream(k *checker) {
 	a, b := k.subscribe(), k.subscribe()
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance events"})
@@ -20,19 +24,28 @@ func checkEventStream(k *checker) {
 			k.errorf("events %s: every stream should carry session.created first, with directory %s", types(evs), k.h.Directory)
 		}
 	}
-	if err := a.stream.Close(); err != nil {
+	checkStreamClose(k, a)
+	checkStreamCancel(k)
+}
+
+// checkStreamClose closes r's stream twice and reads it on.
+func checkStreamClose(k *checker, r *eventReader) {
+	if err := r.stream.Close(); err != nil {
 		k.errorf("Close = %v", err)
 	}
-	if err := a.stream.Close(); err != nil {
+	if err := r.stream.Close(); err != nil {
 		k.errorf("second Close = %v", err)
 	}
-	if _, err, ok := a.next(); !ok || !errors.Is(err, net.ErrClosed) {
+	if _, err, ok := r.next(); !ok || !errors.Is(err, net.ErrClosed) {
 		k.errorf("range after Close ended with %v (%v), want an error matching net.ErrClosed", err, ok)
 	}
-	if _, err, ok := a.next(); ok {
+	if _, err, ok := r.next(); ok {
 		k.errorf("range after its final error yielded %v", err)
 	}
+}
 
+// checkStreamCancel opens a stream and cancels its context once server.connected arrived.
+func checkStreamCancel(k *checker) {
 	ctx, cancel := context.WithCancel(k.ctx)
 	defer cancel()
 	st, err := k.c.Events(ctx)
