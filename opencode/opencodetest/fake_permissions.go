@@ -65,6 +65,38 @@ func (f *FakeClient) ReplyPermission(ctx context.Context, directory, requestID s
 	return nil
 }
 
+// permit decides a call that needs res.Permission by the session's rules: a denied call
+// gets the rule's error as its result; an asked one waits for the reply, and "always" adds
+// the call's patterns to the session's rules, a rejection with feedback makes the feedback
+// its error, a rejection without ends the part with an error and halts the loop. It returns
+// the result to go on with and turnDone, or turnHalted, or turnStopped when the run was
+// stopped while it waited.
+func (f *FakeClient) permit(r *fakeRun, p *partJSON, call ToolCall, res ToolResult) (ToolResult, turnEnd) {
+	s := r.s
+	switch f.evaluate(s, res.Permission, res.Patterns) {
+	case "deny":
+		return ToolResult{Error: "The user has specified a rule which prevents you from using this specific tool call. " +
+			"Here are some of the relevant rules " + f.relevantRules(s, res.Permission)}, turnDone
+	case "ask":
+		reply, ok := f.ask(r, p, call, res)
+		if !ok {
+			return res, turnStopped
+		}
+		switch {
+		case reply.Reply == opencode.ReplyAlways:
+			for _, pat := range res.Patterns {
+				s.always = append(s.always, opencode.PermissionRule{Permission: res.Permission, Pattern: pat, Action: "allow"})
+			}
+		case reply.Reply == opencode.ReplyReject && reply.Message != "":
+			return ToolResult{Error: "The user rejected permission to use this specific tool call with the following feedback: " + reply.Message}, turnDone
+		case reply.Reply == opencode.ReplyReject:
+			f.toolError(r, p, "The user rejected permission to use this specific tool call.")
+			return res, turnHalted
+		}
+	}
+	return res, turnDone
+}
+
 // ask emits permission.asked for the call and waits for the reply.
 func (f *FakeClient) ask(r *fakeRun, p *partJSON, call ToolCall, res ToolResult) (opencode.PermissionReply, bool) {
 	meta := map[string]any{}

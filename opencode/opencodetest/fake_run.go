@@ -178,38 +178,9 @@ const (
 
 // turn runs the model steps that answer r.user.
 func (f *FakeClient) turn(r *fakeRun) turnEnd {
-	s := r.s
 	for step := 0; ; step++ {
-		if step > 0 {
-			f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
-		}
-		r.asst = &fakeMessage{info: infoJSON{
-			ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleAssistant,
-			Time: messageTimeJSON{Created: f.ms()}, ParentID: r.user.info.ID,
-			ModelID: r.model.ModelID, ProviderID: r.model.ProviderID, Mode: r.agent, Agent: r.agent,
-			Path: &pathJSON{Cwd: s.info.Directory, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
-		}}
-		r.text, r.tool = nil, nil
-		s.msgs = append(s.msgs, r.asst)
-		f.emitMessage(s, r.asst)
-		s.info.Summary = &sessionSummaryJSON{}
-		s.info.Time.Updated = f.ms()
-		f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
-		f.emit("session.diff", diffEvent{SessionID: s.info.ID, Diff: []any{}})
-		r.user.info.Summary = json.RawMessage(`{"diffs":[]}`)
-		f.emitMessage(s, r.user)
-		if s.untitled {
-			s.untitled = false
-			if !f.generateTitle(r) {
-				return turnStopped
-			}
-		}
-		f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
-		if f.cfg.hold && !r.released {
-			if !f.hold(r) {
-				return turnStopped
-			}
-			r.released = true
+		if !f.beginStep(r, step) {
+			return turnStopped
 		}
 		reply, seq, ok := f.nextReply(r)
 		if !ok {
@@ -221,28 +192,11 @@ func (f *FakeClient) turn(r *fakeRun) turnEnd {
 		}
 		f.addPart(r, &partJSON{Type: opencode.PartStepStart})
 		if reply.Reasoning != "" {
-			p := f.addPart(r, &partJSON{Type: opencode.PartReasoning, Text: ptr(""), Time: &partTimeJSON{Start: f.ms()}})
-			f.emit(opencode.EventMessagePartDelta, deltaEvent{SessionID: s.info.ID, MessageID: r.asst.info.ID, PartID: p.ID, Field: "text", Delta: reply.Reasoning})
-			p.Text, p.Time.End = ptr(reply.Reasoning), f.ms()
-			f.emitPart(s, p)
+			f.addReasoning(r, reply.Reasoning)
 		}
 		if len(reply.ToolCalls) > 0 {
-			halted := false
-			for i, call := range reply.ToolCalls {
-				if call.ID == "" {
-					call.ID = fmt.Sprintf("call_chatcmpl-%d_%d", seq, i)
-				}
-				end, ok := f.runTool(r, call)
-				if !ok {
-					return turnStopped
-				}
-				if halted = end == turnHalted; halted {
-					break
-				}
-			}
-			f.finishStep(r, "tool-calls")
-			if halted {
-				return turnHalted
+			if end := f.runToolCalls(r, reply.ToolCalls, seq); end != turnDone {
+				return end
 			}
 			continue
 		}
@@ -252,6 +206,78 @@ func (f *FakeClient) turn(r *fakeRun) turnEnd {
 		f.finishStep(r, "stop")
 		return turnDone
 	}
+}
+
+// beginStep starts a model step: a new assistant message and the session and user message
+// updates that come with it, the title request on the session's first step, session.status
+// busy, and the wait of a held run. It reports false when the run was stopped meanwhile.
+func (f *FakeClient) beginStep(r *fakeRun, step int) bool {
+	s := r.s
+	if step > 0 {
+		f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
+	}
+	r.asst = &fakeMessage{info: infoJSON{
+		ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleAssistant,
+		Time: messageTimeJSON{Created: f.ms()}, ParentID: r.user.info.ID,
+		ModelID: r.model.ModelID, ProviderID: r.model.ProviderID, Mode: r.agent, Agent: r.agent,
+		Path: &pathJSON{Cwd: s.info.Directory, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
+	}}
+	r.text, r.tool = nil, nil
+	s.msgs = append(s.msgs, r.asst)
+	f.emitMessage(s, r.asst)
+	s.info.Summary = &sessionSummaryJSON{}
+	s.info.Time.Updated = f.ms()
+	f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
+	f.emit("session.diff", diffEvent{SessionID: s.info.ID, Diff: []any{}})
+	r.user.info.Summary = json.RawMessage(`{"diffs":[]}`)
+	f.emitMessage(s, r.user)
+	if s.untitled {
+		s.untitled = false
+		if !f.generateTitle(r) {
+			return false
+		}
+	}
+	f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
+	if f.cfg.hold && !r.released {
+		if !f.hold(r) {
+			return false
+		}
+		r.released = true
+	}
+	return true
+}
+
+// addReasoning adds a reasoning part with text to the current assistant message, streamed
+// as one delta.
+func (f *FakeClient) addReasoning(r *fakeRun, text string) {
+	p := f.addPart(r, &partJSON{Type: opencode.PartReasoning, Text: ptr(""), Time: &partTimeJSON{Start: f.ms()}})
+	f.emit(opencode.EventMessagePartDelta, deltaEvent{SessionID: r.s.info.ID, MessageID: r.asst.info.ID, PartID: p.ID, Field: "text", Delta: text})
+	p.Text, p.Time.End = ptr(text), f.ms()
+	f.emitPart(r.s, p)
+}
+
+// runToolCalls runs the tool calls of a step, in order, and finishes the step with
+// tool-calls. It returns turnDone when the loop goes on with the next step, turnHalted when
+// a rejected permission stopped it, turnStopped when the run was stopped.
+func (f *FakeClient) runToolCalls(r *fakeRun, calls []ToolCall, seq int) turnEnd {
+	halted := false
+	for i, call := range calls {
+		if call.ID == "" {
+			call.ID = fmt.Sprintf("call_chatcmpl-%d_%d", seq, i)
+		}
+		end, ok := f.runTool(r, call)
+		if !ok {
+			return turnStopped
+		}
+		if halted = end == turnHalted; halted {
+			break
+		}
+	}
+	f.finishStep(r, "tool-calls")
+	if halted {
+		return turnHalted
+	}
+	return turnDone
 }
 
 // addPart appends a part to the current assistant message and emits it.

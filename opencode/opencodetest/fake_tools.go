@@ -48,7 +48,6 @@ func toolTitle(p *partJSON) string {
 // one is needed, then completed (or error). It reports turnHalted when a rejection without a
 // message stops the loop, and false when the run was stopped.
 func (f *FakeClient) runTool(r *fakeRun, call ToolCall) (turnEnd, bool) {
-	s := r.s
 	input := json.RawMessage(call.Arguments)
 	if !json.Valid(input) {
 		input = json.RawMessage(`{}`)
@@ -57,55 +56,57 @@ func (f *FakeClient) runTool(r *fakeRun, call ToolCall) (turnEnd, bool) {
 		State: &stateJSON{Status: opencode.ToolPending, Input: json.RawMessage(`{}`), Raw: ptr("")}})
 	p.State = &stateJSON{Status: opencode.ToolRunning, Input: input, Time: &partTimeJSON{Start: f.ms()}}
 	r.tool = p
-	f.emitPart(s, p)
+	f.emitPart(r.s, p)
 
-	res, ok := ToolResult{}, false
-	if fn := f.cfg.tool; fn != nil {
-		f.mu.Unlock()
-		res, ok = fn(call)
-		f.mu.Lock()
-		if r.aborted {
-			return turnStopped, false
-		}
-	}
-	if !ok {
-		res = f.defaultTool(call, s.info.Directory)
+	res, live := f.toolResult(r, call)
+	if !live {
+		return turnStopped, false
 	}
 	if res.Permission != "" {
-		switch f.evaluate(s, res.Permission, res.Patterns) {
-		case "deny":
-			res = ToolResult{Error: "The user has specified a rule which prevents you from using this specific tool call. " +
-				"Here are some of the relevant rules " + f.relevantRules(s, res.Permission)}
-		case "ask":
-			reply, ok := f.ask(r, p, call, res)
-			if !ok {
-				return turnStopped, false
-			}
-			switch {
-			case reply.Reply == opencode.ReplyAlways:
-				for _, pat := range res.Patterns {
-					s.always = append(s.always, opencode.PermissionRule{Permission: res.Permission, Pattern: pat, Action: "allow"})
-				}
-			case reply.Reply == opencode.ReplyReject && reply.Message != "":
-				res = ToolResult{Error: "The user rejected permission to use this specific tool call with the following feedback: " + reply.Message}
-			case reply.Reply == opencode.ReplyReject:
-				f.toolError(r, p, "The user rejected permission to use this specific tool call.")
-				return turnHalted, true
-			}
+		var end turnEnd
+		if res, end = f.permit(r, p, call, res); end != turnDone {
+			return end, end != turnStopped
 		}
 	}
 	if res.Error != "" {
 		f.toolError(r, p, res.Error)
 		return turnDone, true
 	}
-	p.State.Metadata = map[string]any{"output": ""}
-	f.emitPart(s, p)
-	if res.Sleep > 0 && !f.wait(r, nil, res.Sleep) {
+	if !f.completeTool(r, p, input, res) {
 		return turnStopped, false
+	}
+	return turnDone, true
+}
+
+// toolResult decides the outcome of a call: the ToolFunc's, else the fake's default. It
+// reports false when the run was stopped while the ToolFunc ran.
+func (f *FakeClient) toolResult(r *fakeRun, call ToolCall) (ToolResult, bool) {
+	res, ok := ToolResult{}, false
+	if fn := f.cfg.tool; fn != nil {
+		f.mu.Unlock()
+		res, ok = fn(call)
+		f.mu.Lock()
+		if r.aborted {
+			return res, false
+		}
+	}
+	if !ok {
+		res = f.defaultTool(call, r.s.info.Directory)
+	}
+	return res, true
+}
+
+// completeTool runs the call for res.Sleep and completes its part with res. It reports
+// false when the run was stopped meanwhile.
+func (f *FakeClient) completeTool(r *fakeRun, p *partJSON, input json.RawMessage, res ToolResult) bool {
+	p.State.Metadata = map[string]any{"output": ""}
+	f.emitPart(r.s, p)
+	if res.Sleep > 0 && !f.wait(r, nil, res.Sleep) {
+		return false
 	}
 	if res.Output != "" && res.Output != "(no output)" {
 		p.State.Metadata = map[string]any{"output": res.Output}
-		f.emitPart(s, p)
+		f.emitPart(r.s, p)
 	}
 	if res.Metadata == nil {
 		res.Metadata = map[string]any{}
@@ -113,8 +114,8 @@ func (f *FakeClient) runTool(r *fakeRun, call ToolCall) (turnEnd, bool) {
 	p.State = &stateJSON{Status: opencode.ToolCompleted, Input: input, Output: ptr(res.Output), Title: res.Title,
 		Metadata: res.Metadata, Time: &partTimeJSON{Start: p.State.Time.Start, End: f.ms()}}
 	r.tool = nil
-	f.emitPart(s, p)
-	return turnDone, true
+	f.emitPart(r.s, p)
+	return true
 }
 
 func (f *FakeClient) toolError(r *fakeRun, p *partJSON, msg string) {

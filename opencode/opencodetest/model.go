@@ -112,48 +112,71 @@ func (m *Model) stream(w http.ResponseWriter, hr *http.Request, req *Request, re
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	id := fmt.Sprintf("chatcmpl-%d", seq)
-	created := time.Now().Unix()
-	send := func(delta map[string]any, finish any, usage any) bool {
-		chunk := map[string]any{
-			"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
-			"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}},
-		}
-		if usage != nil {
-			chunk["usage"] = usage
-		}
-		b, _ := json.Marshal(chunk)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return hr.Context().Err() == nil
-	}
+	cw := &chunkWriter{w: w, fl: fl, hr: hr, id: fmt.Sprintf("chatcmpl-%d", seq), created: time.Now().Unix(), model: req.Model}
 	// Realistic usage lets OpenCode's auto compaction work: about 4 bytes per token.
 	prompt := max(1, len(req.Body)/4)
 	usage := map[string]int{"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}
 
-	if reply.Reasoning != "" && !send(map[string]any{"role": "assistant", "reasoning_content": reply.Reasoning}, nil, nil) {
+	if reply.Reasoning != "" && !cw.send(map[string]any{"role": "assistant", "reasoning_content": reply.Reasoning}, nil, nil) {
 		return
 	}
 	if len(reply.ToolCalls) > 0 {
-		calls := make([]map[string]any, len(reply.ToolCalls))
-		for i, tc := range reply.ToolCalls {
-			cid := tc.ID
-			if cid == "" {
-				cid = fmt.Sprintf("call_%s_%d", id, i)
-			}
-			calls[i] = map[string]any{"index": i, "id": cid, "type": "function",
-				"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
-		}
-		if send(map[string]any{"role": "assistant", "tool_calls": calls}, nil, nil) {
-			send(map[string]any{}, "tool_calls", usage)
-			fmt.Fprint(w, "data: [DONE]\n\n")
-		}
+		cw.toolCalls(reply.ToolCalls, usage)
 		return
 	}
+	cw.text(reply, usage)
+}
+
+// chunkWriter writes the chunks of one streamed chat completion.
+type chunkWriter struct {
+	w       http.ResponseWriter
+	fl      http.Flusher // nil when w cannot flush
+	hr      *http.Request
+	id      string
+	created int64
+	model   string
+}
+
+// send writes one chunk with delta, finish_reason finish and, when not nil, usage. It
+// reports false when the write failed or the request ended.
+func (cw *chunkWriter) send(delta map[string]any, finish any, usage any) bool {
+	chunk := map[string]any{
+		"id": cw.id, "object": "chat.completion.chunk", "created": cw.created, "model": cw.model,
+		"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}},
+	}
+	if usage != nil {
+		chunk["usage"] = usage
+	}
+	b, _ := json.Marshal(chunk)
+	if _, err := fmt.Fprintf(cw.w, "data: %s\n\n", b); err != nil {
+		return false
+	}
+	if cw.fl != nil {
+		cw.fl.Flush()
+	}
+	return cw.hr.Context().Err() == nil
+}
+
+// toolCalls streams calls in one chunk, then the finish tool_calls.
+func (cw *chunkWriter) toolCalls(toolCalls []ToolCall, usage any) {
+	calls := make([]map[string]any, len(toolCalls))
+	for i, tc := range toolCalls {
+		cid := tc.ID
+		if cid == "" {
+			cid = fmt.Sprintf("call_%s_%d", cw.id, i)
+		}
+		calls[i] = map[string]any{"index": i, "id": cid, "type": "function",
+			"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
+	}
+	if cw.send(map[string]any{"role": "assistant", "tool_calls": calls}, nil, nil) {
+		cw.send(map[string]any{}, "tool_calls", usage)
+		fmt.Fprint(cw.w, "data: [DONE]\n\n")
+	}
+}
+
+// text streams reply.Text, spread over reply.Delay ("working", a dot every 250 ms, then
+// the text), then the finish stop. It stops early when the request ends.
+func (cw *chunkWriter) text(reply Reply, usage any) {
 	chunks := []string{reply.Text}
 	var gap time.Duration
 	if reply.Delay > 0 {
@@ -170,16 +193,16 @@ func (m *Model) stream(w http.ResponseWriter, hr *http.Request, req *Request, re
 		if i > 0 && gap > 0 {
 			select {
 			case <-time.After(gap):
-			case <-hr.Context().Done():
+			case <-cw.hr.Context().Done():
 				return
 			}
 		}
-		if !send(map[string]any{"role": "assistant", "content": c}, nil, nil) {
+		if !cw.send(map[string]any{"role": "assistant", "content": c}, nil, nil) {
 			return
 		}
 	}
-	send(map[string]any{}, "stop", usage)
-	fmt.Fprint(w, "data: [DONE]\n\n")
+	cw.send(map[string]any{}, "stop", usage)
+	fmt.Fprint(cw.w, "data: [DONE]\n\n")
 }
 
 func openAIError(msg, kind string) map[string]any {

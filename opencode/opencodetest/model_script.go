@@ -154,35 +154,11 @@ func Directive(req *Request) Reply {
 		st, _ := strconv.Atoi(reFail.FindStringSubmatch(text)[1])
 		return Fail(st)
 	case strings.Contains(text, "RUN:"):
-		cmds := splitCommands(afterDirective(text, "RUN:"))
-		if len(results) < len(cmds) {
-			return Bash(cmds[len(results)])
-		}
-		last := ""
-		if len(results) > 0 {
-			last = strings.TrimSpace(results[len(results)-1])
-		}
-		return Reply{Text: fmt.Sprintf("Ran %d command(s); last output: %s", len(cmds), last), Reasoning: think}
+		return runDirective(afterDirective(text, "RUN:"), results, think)
 	case strings.Contains(text, "TOOL:"):
-		spec := afterDirective(text, "TOOL:")
-		name, args, _ := strings.Cut(spec, " ")
-		if len(results) == 0 {
-			if strings.TrimSpace(args) == "" {
-				args = "{}"
-			}
-			return CallTool(name, strings.TrimSpace(args))
-		}
-		return Reply{Text: "Called " + name + ".", Reasoning: think}
+		return toolDirective(afterDirective(text, "TOOL:"), results, think)
 	case strings.Contains(text, "QUOTE:"):
-		prefix := strings.TrimSpace(afterDirective(text, "QUOTE:"))
-		for _, msg := range req.Messages[:max(idx, 0)] {
-			for line := range strings.SplitSeq(msg.Content, "\n") {
-				if j := strings.Index(line, prefix); j >= 0 && prefix != "" {
-					return Reply{Text: "Found in the inherited context: " + strings.TrimSpace(line[j:]), Reasoning: think}
-				}
-			}
-		}
-		return Reply{Text: "QUOTE: not found", Reasoning: think}
+		return quoteDirective(req.Messages[:max(idx, 0)], strings.TrimSpace(afterDirective(text, "QUOTE:")), think)
 	case reSleep.MatchString(text):
 		secs, _ := strconv.ParseFloat(reSleep.FindStringSubmatch(text)[1], 64)
 		return Reply{Text: fmt.Sprintf("slept %g", secs), Delay: time.Duration(secs * float64(time.Second)), Reasoning: think}
@@ -192,6 +168,45 @@ func Directive(req *Request) Reply {
 		r = r[:120]
 	}
 	return Reply{Text: "reply to " + string(r), Reasoning: think}
+}
+
+// runDirective answers RUN:spec: the next command of spec to run after the tool results so
+// far, then the summary of the last output.
+func runDirective(spec string, results []string, think string) Reply {
+	cmds := splitCommands(spec)
+	if len(results) < len(cmds) {
+		return Bash(cmds[len(results)])
+	}
+	last := ""
+	if len(results) > 0 {
+		last = strings.TrimSpace(results[len(results)-1])
+	}
+	return Reply{Text: fmt.Sprintf("Ran %d command(s); last output: %s", len(cmds), last), Reasoning: think}
+}
+
+// toolDirective answers TOOL:name args: the call first, then "Called name.".
+func toolDirective(spec string, results []string, think string) Reply {
+	name, args, _ := strings.Cut(spec, " ")
+	if len(results) == 0 {
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		return CallTool(name, strings.TrimSpace(args))
+	}
+	return Reply{Text: "Called " + name + ".", Reasoning: think}
+}
+
+// quoteDirective answers QUOTE:prefix with the first line of the earlier messages that
+// holds prefix, from prefix on.
+func quoteDirective(earlier []ChatMessage, prefix, think string) Reply {
+	for _, msg := range earlier {
+		for line := range strings.SplitSeq(msg.Content, "\n") {
+			if j := strings.Index(line, prefix); j >= 0 && prefix != "" {
+				return Reply{Text: "Found in the inherited context: " + strings.TrimSpace(line[j:]), Reasoning: think}
+			}
+		}
+	}
+	return Reply{Text: "QUOTE: not found", Reasoning: think}
 }
 
 func afterDirective(text, directive string) string {

@@ -61,6 +61,29 @@ func (s *Server) launch(ctx context.Context, port int) error {
 		}
 		port = p
 	}
+	cmd, err := s.command(port)
+	if err != nil {
+		return err
+	}
+	mark := s.logs.Len() // the listen line of this process comes after what earlier ones printed
+	exited, err := s.start(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
+	defer cancel()
+	url, err := s.listening(ctx, port, mark, exited)
+	if err != nil {
+		return err
+	}
+	s.URL = url
+	return s.healthy(ctx, exited)
+}
+
+// command returns the command that runs the server on port: `opencode serve` (with --pure
+// unless WithPlugins), or the TUI (WithTUI), in the project folder, with the isolated
+// environment, its output going to the log, in a process group of its own.
+func (s *Server) command(port int) (*exec.Cmd, error) {
 	args := []string{"serve", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--print-logs"}
 	if !s.plugins {
 		args = append(args, "--pure")
@@ -69,7 +92,7 @@ func (s *Server) launch(ctx context.Context, port int) error {
 	if s.tui {
 		c, err := tuiCommand(s.bin, append(args[1:len(args):len(args)], "--log-level", "WARN"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cmd = c
 	}
@@ -78,20 +101,25 @@ func (s *Server) launch(ctx context.Context, port int) error {
 	if s.tui {
 		cmd.Env = append(cmd.Env, "TERM=xterm-256color")
 	}
-	mark := s.logs.Len() // the listen line of this process comes after what earlier ones printed
 	cmd.Stdout = s.logs
 	cmd.Stderr = s.logs
 	startOwnGroup(cmd)
 	cmd.WaitDelay = 2 * time.Second
+	return cmd, nil
+}
+
+// start starts cmd as the server's process, unless the server is closed, and the goroutine
+// that waits for it; the channel it returns is closed when the process has exited.
+func (s *Server) start(cmd *exec.Cmd) (chan struct{}, error) {
 	exited := make(chan struct{})
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errServerClosed
+		return nil, errServerClosed
 	}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("opencodetest: start %s: %w", s.bin, err)
+		return nil, fmt.Errorf("opencodetest: start %s: %w", s.bin, err)
 	}
 	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
@@ -99,27 +127,32 @@ func (s *Server) launch(ctx context.Context, port int) error {
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	return exited, nil
+}
 
-	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
-	defer cancel()
-	url := ""
+// listening returns the URL the process listens on: the one of the listen line it printed
+// after the first mark bytes of the log (the TUI prints none: its server is on port). It
+// fails with errExitedEarly when the process exits first.
+func (s *Server) listening(ctx context.Context, port, mark int, exited <-chan struct{}) (string, error) {
 	if s.tui { // the TUI prints no listen line: its server is where it was told
-		url = "http://127.0.0.1:" + strconv.Itoa(port)
+		return "http://127.0.0.1:" + strconv.Itoa(port), nil
 	}
-	for url == "" {
+	for {
 		if m := listenLine.FindStringSubmatch(s.logs.Since(mark)); m != nil {
-			url = m[1]
-			break
+			return m[1], nil
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%w:\n%s", errExitedEarly, s.logs.Tail(4000))
+			return "", fmt.Errorf("%w:\n%s", errExitedEarly, s.logs.Tail(4000))
 		case <-ctx.Done():
-			return fmt.Errorf("opencodetest: opencode serve did not listen within %v:\n%s", s.startTimeout, s.logs.Tail(4000))
+			return "", fmt.Errorf("opencodetest: opencode serve did not listen within %v:\n%s", s.startTimeout, s.logs.Tail(4000))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	s.URL = url
+}
+
+// healthy waits until the server at URL answers GET /global/health, and sets Version.
+func (s *Server) healthy(ctx context.Context, exited <-chan struct{}) error {
 	c := s.Client()
 	for {
 		// Each try is bounded: OpenCode never answers a request that reaches it in a moment

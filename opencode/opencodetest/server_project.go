@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 )
 
+// writeProject creates the server's folders and writes the project: its opencode.json, the
+// plugin package seeds (WithPlugins) and the WithFiles files, in that order.
 func (s *Server) writeProject(cfg *serverConfig) error {
 	for _, d := range []string{s.Directory, filepath.Join(s.Home, ".config"), filepath.Join(s.Home, ".local", "share"),
 		filepath.Join(s.Home, ".cache"), filepath.Join(s.Home, ".local", "state")} {
@@ -14,6 +16,28 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 			return err
 		}
 	}
+	b, err := json.MarshalIndent(s.projectConfig(cfg), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.Directory, "opencode.json"), b, 0o644); err != nil {
+		return err
+	}
+	s.projectJSON = b
+	if cfg.plugins {
+		for _, dir := range []string{filepath.Join(s.Directory, ".opencode"), filepath.Join(s.Home, ".config", "opencode")} {
+			if err := seedPluginDependency(dir); err != nil {
+				return err
+			}
+		}
+	}
+	return writeFiles(s.Directory, cfg.files)
+}
+
+// projectConfig is the project's opencode.json: the scripted model as the default provider
+// and model, no autoupdate and no sharing, then the WithConfig keys, then the WithMCP
+// servers added to any "mcp" WithConfig gave.
+func (s *Server) projectConfig(cfg *serverConfig) map[string]any {
 	conf := map[string]any{
 		"$schema": "https://opencode.ai/config.json",
 		"provider": map[string]any{ProviderID: map[string]any{
@@ -42,23 +66,13 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 		}
 		conf["mcp"] = servers
 	}
-	b, err := json.MarshalIndent(conf, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(s.Directory, "opencode.json"), b, 0o644); err != nil {
-		return err
-	}
-	s.projectJSON = b
-	if cfg.plugins {
-		for _, dir := range []string{filepath.Join(s.Directory, ".opencode"), filepath.Join(s.Home, ".config", "opencode")} {
-			if err := seedPluginDependency(dir); err != nil {
-				return err
-			}
-		}
-	}
-	for name, content := range cfg.files {
-		p := filepath.Join(s.Directory, filepath.FromSlash(name))
+	return conf
+}
+
+// writeFiles writes files (slash-separated path relative to dir → content) below dir.
+func writeFiles(dir string, files map[string]string) error {
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
