@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"net"
+	"net/http"
 	"sync"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -138,4 +139,21 @@ func (f *FakeClient) Streams() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.streams)
+}
+
+// Events opens an event stream, as GET /global/event does: it starts with server.connected
+// and carries every later event of the fake, each with Directory set to the directory of the
+// session it concerns (the fake's directory for events of no session).
+// It follows the [opencode.EventStream] contract; it never stalls (the fake sends no
+// heartbeats). [FakeClient.DropEvents] and Close end it with io.EOF.
+func (f *FakeClient) Events(ctx context.Context) (opencode.EventStream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter(ctx, "Events", http.MethodGet, "/global/event"); err != nil {
+		return nil, err
+	}
+	s := &fakeStream{f: f, ctx: ctx, wake: make(chan struct{}, 1)}
+	f.streams[s] = struct{}{}
+	s.push(opencode.Event{ID: f.ids.next("evt", false, f.now()), Type: opencode.EventServerConnected, Properties: json.RawMessage(`{}`)})
+	return s, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -13,9 +12,6 @@ import (
 // This file is the fake's agent loop. Event order and shapes follow what opencode 1.18.33
 // sent for the same prompts (research doc §3.2, and captures of RUN:, SLEEP:, FAIL:, abort
 // and permission runs against the scripted model).
-
-// maxRetries is how often OpenCode retries a model call that failed with a 5xx.
-const maxRetries = 5
 
 // streamStep is the pace of a Reply with a Delay: one "." per step, as the Model streams it.
 const streamStep = 250 * time.Millisecond
@@ -178,38 +174,9 @@ const (
 
 // turn runs the model steps that answer r.user.
 func (f *FakeClient) turn(r *fakeRun) turnEnd {
-	s := r.s
 	for step := 0; ; step++ {
-		if step > 0 {
-			f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
-		}
-		r.asst = &fakeMessage{info: infoJSON{
-			ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleAssistant,
-			Time: messageTimeJSON{Created: f.ms()}, ParentID: r.user.info.ID,
-			ModelID: r.model.ModelID, ProviderID: r.model.ProviderID, Mode: r.agent, Agent: r.agent,
-			Path: &pathJSON{Cwd: s.info.Directory, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
-		}}
-		r.text, r.tool = nil, nil
-		s.msgs = append(s.msgs, r.asst)
-		f.emitMessage(s, r.asst)
-		s.info.Summary = &sessionSummaryJSON{}
-		s.info.Time.Updated = f.ms()
-		f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
-		f.emit("session.diff", diffEvent{SessionID: s.info.ID, Diff: []any{}})
-		r.user.info.Summary = json.RawMessage(`{"diffs":[]}`)
-		f.emitMessage(s, r.user)
-		if s.untitled {
-			s.untitled = false
-			if !f.generateTitle(r) {
-				return turnStopped
-			}
-		}
-		f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
-		if f.cfg.hold && !r.released {
-			if !f.hold(r) {
-				return turnStopped
-			}
-			r.released = true
+		if !f.beginStep(r, step) {
+			return turnStopped
 		}
 		reply, seq, ok := f.nextReply(r)
 		if !ok {
@@ -221,28 +188,11 @@ func (f *FakeClient) turn(r *fakeRun) turnEnd {
 		}
 		f.addPart(r, &partJSON{Type: opencode.PartStepStart})
 		if reply.Reasoning != "" {
-			p := f.addPart(r, &partJSON{Type: opencode.PartReasoning, Text: ptr(""), Time: &partTimeJSON{Start: f.ms()}})
-			f.emit(opencode.EventMessagePartDelta, deltaEvent{SessionID: s.info.ID, MessageID: r.asst.info.ID, PartID: p.ID, Field: "text", Delta: reply.Reasoning})
-			p.Text, p.Time.End = ptr(reply.Reasoning), f.ms()
-			f.emitPart(s, p)
+			f.addReasoning(r, reply.Reasoning)
 		}
 		if len(reply.ToolCalls) > 0 {
-			halted := false
-			for i, call := range reply.ToolCalls {
-				if call.ID == "" {
-					call.ID = fmt.Sprintf("call_chatcmpl-%d_%d", seq, i)
-				}
-				end, ok := f.runTool(r, call)
-				if !ok {
-					return turnStopped
-				}
-				if halted = end == turnHalted; halted {
-					break
-				}
-			}
-			f.finishStep(r, "tool-calls")
-			if halted {
-				return turnHalted
+			if end := f.runToolCalls(r, reply.ToolCalls, seq); end != turnDone {
+				return end
 			}
 			continue
 		}
@@ -252,6 +202,78 @@ func (f *FakeClient) turn(r *fakeRun) turnEnd {
 		f.finishStep(r, "stop")
 		return turnDone
 	}
+}
+
+// beginStep starts a model step: a new assistant message and the session and user message
+// updates that come with it, the title request on the session's first step, session.status
+// busy, and the wait of a held run. It reports false when the run was stopped meanwhile.
+func (f *FakeClient) beginStep(r *fakeRun, step int) bool {
+	s := r.s
+	if step > 0 {
+		f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
+	}
+	r.asst = &fakeMessage{info: infoJSON{
+		ID: f.ids.next("msg", false, f.now()), SessionID: s.info.ID, Role: opencode.RoleAssistant,
+		Time: messageTimeJSON{Created: f.ms()}, ParentID: r.user.info.ID,
+		ModelID: r.model.ModelID, ProviderID: r.model.ProviderID, Mode: r.agent, Agent: r.agent,
+		Path: &pathJSON{Cwd: s.info.Directory, Root: "/"}, Cost: ptr(0.0), Tokens: &tokensJSON{},
+	}}
+	r.text, r.tool = nil, nil
+	s.msgs = append(s.msgs, r.asst)
+	f.emitMessage(s, r.asst)
+	s.info.Summary = &sessionSummaryJSON{}
+	s.info.Time.Updated = f.ms()
+	f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
+	f.emit("session.diff", diffEvent{SessionID: s.info.ID, Diff: []any{}})
+	r.user.info.Summary = json.RawMessage(`{"diffs":[]}`)
+	f.emitMessage(s, r.user)
+	if s.untitled {
+		s.untitled = false
+		if !f.generateTitle(r) {
+			return false
+		}
+	}
+	f.emitStatus(s.info.ID, opencode.SessionStatus{Type: "busy"})
+	if f.cfg.hold && !r.released {
+		if !f.hold(r) {
+			return false
+		}
+		r.released = true
+	}
+	return true
+}
+
+// addReasoning adds a reasoning part with text to the current assistant message, streamed
+// as one delta.
+func (f *FakeClient) addReasoning(r *fakeRun, text string) {
+	p := f.addPart(r, &partJSON{Type: opencode.PartReasoning, Text: ptr(""), Time: &partTimeJSON{Start: f.ms()}})
+	f.emit(opencode.EventMessagePartDelta, deltaEvent{SessionID: r.s.info.ID, MessageID: r.asst.info.ID, PartID: p.ID, Field: "text", Delta: text})
+	p.Text, p.Time.End = ptr(text), f.ms()
+	f.emitPart(r.s, p)
+}
+
+// runToolCalls runs the tool calls of a step, in order, and finishes the step with
+// tool-calls. It returns turnDone when the loop goes on with the next step, turnHalted when
+// a rejected permission stopped it, turnStopped when the run was stopped.
+func (f *FakeClient) runToolCalls(r *fakeRun, calls []ToolCall, seq int) turnEnd {
+	halted := false
+	for i, call := range calls {
+		if call.ID == "" {
+			call.ID = fmt.Sprintf("call_chatcmpl-%d_%d", seq, i)
+		}
+		end, ok := f.runTool(r, call)
+		if !ok {
+			return turnStopped
+		}
+		if halted = end == turnHalted; halted {
+			break
+		}
+	}
+	f.finishStep(r, "tool-calls")
+	if halted {
+		return turnHalted
+	}
+	return turnDone
 }
 
 // addPart appends a part to the current assistant message and emits it.
@@ -282,38 +304,6 @@ func (f *FakeClient) hold(r *fakeRun) bool {
 	r.replies = append(r.replies, s.permits[0]...)
 	s.permits = s.permits[1:]
 	return true
-}
-
-// nextReply asks the script for the next step, retrying 5xx answers as OpenCode does. It
-// reports false when the run was stopped meanwhile.
-func (f *FakeClient) nextReply(r *fakeRun) (Reply, int, bool) {
-	s := r.s
-	for attempt := 1; ; attempt++ {
-		var reply Reply
-		var seq int
-		if len(r.replies) > 0 {
-			reply, r.replies = r.replies[0], r.replies[1:]
-		} else {
-			req := f.chatRequest(r)
-			f.mu.Unlock()
-			reply, seq = f.script.decide(req)
-			f.mu.Lock()
-			if r.aborted {
-				return Reply{}, 0, false
-			}
-		}
-		if reply.Status >= 500 && attempt <= maxRetries {
-			r.status = opencode.SessionStatus{Type: "retry", Attempt: attempt, Message: failureMessage(reply.Status),
-				Next: f.now().Add(time.Duration(1<<(attempt-1)) * 2 * time.Second).UnixMilli()}
-			f.emitStatus(s.info.ID, r.status)
-			continue
-		}
-		if attempt > 1 && reply.Status < 400 {
-			r.status = opencode.SessionStatus{Type: "busy"}
-			f.emitStatus(s.info.ID, r.status)
-		}
-		return reply, seq, true
-	}
 }
 
 // failStep ends the run with the model's HTTP error on the current assistant message.
@@ -389,87 +379,4 @@ func (f *FakeClient) streamText(r *fakeRun, reply Reply) bool {
 	f.emitPart(s, r.text)
 	r.text = nil
 	return true
-}
-
-// generateTitle asks the model for a title, as OpenCode does for an untitled session's first
-// prompt, and renames the session. A failed request leaves the title.
-func (f *FakeClient) generateTitle(r *fakeRun) bool {
-	s := r.s
-	req := &Request{Kind: KindTitle, Time: f.now(), Model: r.model.ModelID, Messages: []ChatMessage{
-		{Role: "system", Content: "You are a title generator. You output ONLY a thread title. Nothing else."},
-		{Role: "user", Content: userText(r.user)},
-	}}
-	f.mu.Unlock()
-	reply, _ := f.script.decide(req)
-	f.mu.Lock()
-	if r.aborted {
-		return false
-	}
-	if reply.Status < 400 && reply.Text != "" {
-		s.info.Title = reply.Text
-		f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
-	}
-	return true
-}
-
-// fakeTools are the tools the fake offers the model.
-var fakeTools = []string{"bash", "edit", "glob", "grep", "read", "task", "todowrite", "webfetch", "write"}
-
-// chatRequest renders the session as OpenCode sends it to the model: a system message, then
-// each message's text, tool calls and tool results.
-func (f *FakeClient) chatRequest(r *fakeRun) *Request {
-	sys := "You are opencode, an interactive CLI agent (opencodetest.FakeClient, agent " + r.agent + ").\n" +
-		"<env>\n  Working directory: " + r.s.info.Directory + "\n</env>"
-	if r.user.info.System != "" {
-		sys += "\n" + r.user.info.System
-	}
-	req := &Request{Kind: KindChat, Time: f.now(), Model: r.model.ModelID, Tools: fakeTools,
-		Messages: []ChatMessage{{Role: "system", Content: sys}}}
-	for _, m := range r.s.msgs {
-		if m == r.asst {
-			continue
-		}
-		if m.info.Role == opencode.RoleUser {
-			req.Messages = append(req.Messages, ChatMessage{Role: "user", Content: userText(m)})
-			continue
-		}
-		am := ChatMessage{Role: "assistant"}
-		var results []ChatMessage
-		for _, p := range m.parts {
-			switch {
-			case p.Type == opencode.PartText && p.Text != nil:
-				am.Content += *p.Text
-			case p.Type == opencode.PartTool && p.State != nil:
-				am.ToolCalls = append(am.ToolCalls, ToolCall{ID: p.CallID, Name: p.Tool, Arguments: string(p.State.Input)})
-				results = append(results, ChatMessage{Role: "tool", ToolCallID: p.CallID, Content: toolResultText(p)})
-			}
-		}
-		if am.Content == "" && len(am.ToolCalls) == 0 {
-			continue
-		}
-		req.Messages = append(req.Messages, am)
-		req.Messages = append(req.Messages, results...)
-	}
-	return req
-}
-
-func userText(m *fakeMessage) string {
-	var texts []string
-	for _, p := range m.parts {
-		if p.Type == opencode.PartText && p.Text != nil {
-			texts = append(texts, *p.Text)
-		}
-	}
-	return strings.Join(texts, "\n")
-}
-
-// toolResultText is what the model sees of a tool part.
-func toolResultText(p *partJSON) string {
-	switch {
-	case p.State.Status == opencode.ToolError:
-		return p.State.Error
-	case p.State.Output != nil:
-		return *p.State.Output
-	}
-	return ""
 }
