@@ -62,31 +62,10 @@ func run(ctx context.Context, agent string) error {
 	defer closeServer()
 
 	step("1. The parent session does real tool work in %s", dir)
-	parent, err := client.CreateSession(ctx, opencode.CreateSessionRequest{Title: "demo parent"})
+	parent, token, err := parentWork(ctx, client)
 	if err != nil {
 		return err
 	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	token := "DEPLOY_TOKEN=" + hex.EncodeToString(b)
-	work := "List the project, count the lines of main.go, and print a deploy token.\n" +
-		"RUN:ls ||| wc -l main.go ||| echo " + token
-	reply, err := client.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(work)}})
-	if err != nil {
-		return err
-	}
-	msgs, err := client.Messages(ctx, parent.ID, 0)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		for _, p := range m.Parts {
-			if p.Type == opencode.PartTool && p.State != nil {
-				fmt.Printf("   [bash] %s → %s\n", inputCommand(p), oneLine(p.State.Output))
-			}
-		}
-	}
-	fmt.Printf("   parent replied: %s\n", oneLine(text(reply)))
 
 	// Two tasks may run at once; a third waits for a slot.
 	m, err := asyncagents.New(client, asyncagents.WithPollInterval(time.Second),
@@ -105,6 +84,69 @@ func run(ctx context.Context, agent string) error {
 	defer closeBridge()
 
 	step("3. The parent's model launches three background tasks by calling asyncagents_task")
+	plain, forked, err := launchThree(ctx, client, m, caller, agent)
+	if err != nil {
+		return err
+	}
+
+	step("4. Progress while the parent keeps working")
+	if err := watch(ctx, m, caller); err != nil {
+		return err
+	}
+
+	step("5. The parent's model lists its tasks (asyncagents_list)")
+	if err := printTool(ctx, client, parent.ID, "asyncagents_list", map[string]any{}); err != nil {
+		return err
+	}
+
+	step("6. The parent's model reads the outputs (asyncagents_output)")
+	if err := readOutputs(ctx, client, m, caller, token, plain, forked); err != nil {
+		return err
+	}
+
+	step("7. The parent's model resumes the plain task with a follow-up (asyncagents_task with resume)")
+	if err := resumePlain(ctx, client, m, caller, plain); err != nil {
+		return err
+	}
+
+	step("8. Notifications the parent session received")
+	return showNotifications(ctx, client, parent.ID, 4)
+}
+
+// parentWork has the parent session run bash commands, one of which prints a random deploy
+// token, and returns the session and the token.
+func parentWork(ctx context.Context, client *opencode.HTTPClient) (*opencode.Session, string, error) {
+	parent, err := client.CreateSession(ctx, opencode.CreateSessionRequest{Title: "demo parent"})
+	if err != nil {
+		return nil, "", err
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	token := "DEPLOY_TOKEN=" + hex.EncodeToString(b)
+	work := "List the project, count the lines of main.go, and print a deploy token.\n" +
+		"RUN:ls ||| wc -l main.go ||| echo " + token
+	reply, err := client.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(work)}})
+	if err != nil {
+		return nil, "", err
+	}
+	msgs, err := client.Messages(ctx, parent.ID, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if p.Type == opencode.PartTool && p.State != nil {
+				fmt.Printf("   [bash] %s → %s\n", inputCommand(p), oneLine(p.State.Output))
+			}
+		}
+	}
+	fmt.Printf("   parent replied: %s\n", oneLine(text(reply)))
+	return parent, token, nil
+}
+
+// launchThree has the parent's model launch two plain tasks and a forked one, which waits
+// for a slot, and returns the first plain and the forked task.
+func launchThree(ctx context.Context, client *opencode.HTTPClient, m *asyncagents.Manager, caller asyncagents.Caller, agent string) (plain, forked asyncagents.Task, err error) {
 	fmt.Println("   (each call goes parent model → OpenCode → MCP → the bridge → the Manager; at most two run at once)")
 	launches := []struct {
 		what string
@@ -118,20 +160,19 @@ func run(ctx context.Context, agent string) error {
 			"prompt": "Which deploy token did we print earlier? Quote the line.\nQUOTE:DEPLOY_TOKEN="}},
 	}
 	for _, l := range launches {
-		out, err := callTool(ctx, client, parent.ID, "asyncagents_task", l.args)
+		out, err := callTool(ctx, client, caller.SessionID, "asyncagents_task", l.args)
 		if err != nil {
-			return err
+			return plain, forked, err
 		}
 		fmt.Printf("   [%s] the model saw:\n%s\n", l.what, indent(indent(out)))
 	}
 	tasks, err := m.List(caller, "")
 	if err != nil {
-		return err
+		return plain, forked, err
 	}
 	if len(tasks) != 3 {
-		return fmt.Errorf("the parent's model launched %d tasks, want 3", len(tasks))
+		return plain, forked, fmt.Errorf("the parent's model launched %d tasks, want 3", len(tasks))
 	}
-	var plain, forked asyncagents.Task
 	for _, t := range tasks {
 		switch t.Description {
 		case "find functions":
@@ -141,67 +182,67 @@ func run(ctx context.Context, agent string) error {
 		}
 	}
 	if forked.ForkStats == nil || forked.ParentMessageID == "" {
-		return fmt.Errorf("the forked task has no fork statistics or caller message: %+v", forked)
+		return plain, forked, fmt.Errorf("the forked task has no fork statistics or caller message: %+v", forked)
 	}
 	st := forked.ForkStats
 	fmt.Printf("   the bridge found the caller: session %s, message %s, agent %s\n", forked.ParentSessionID, forked.ParentMessageID, forked.ParentAgent)
 	fmt.Printf("   %s inherited %d messages, %d tool results, %d characters of context; its prompt does not contain the token\n",
 		forked.DisplayID, st.FinalMessages, st.Tier1+st.Tier2+st.Tier3, st.TotalChars)
+	return plain, forked, nil
+}
 
-	step("4. Progress while the parent keeps working")
-	if err := watch(ctx, m, caller); err != nil {
-		return err
-	}
-
-	step("5. The parent's model lists its tasks (asyncagents_list)")
-	list, err := callTool(ctx, client, parent.ID, "asyncagents_list", map[string]any{})
-	if err != nil {
-		return err
-	}
-	fmt.Println(indent(list))
-
-	step("6. The parent's model reads the outputs (asyncagents_output)")
-	for _, t := range []asyncagents.Task{plain, forked} {
-		out, err := callTool(ctx, client, parent.ID, "asyncagents_output", map[string]any{"task_id": t.DisplayID, "block": true, "timeout": 60})
-		if err != nil {
-			return err
-		}
-		fmt.Println(indent(out))
-		fmt.Println()
-	}
-	fo, _ := m.Output(ctx, caller, forked.ID, asyncagents.OutputOptions{})
-	if strings.Contains(fo.Task.Result, token) {
-		fmt.Printf("   ✓ the forked task quoted %s, which it could only know from the parent's context\n", token)
-	} else {
-		return fmt.Errorf("the forked task did not quote %s: %q", token, fo.Task.Result)
-	}
-
-	step("7. The parent's model resumes the plain task with a follow-up (asyncagents_task with resume)")
-	out, err := callTool(ctx, client, parent.ID, "asyncagents_task", map[string]any{"resume": plain.DisplayID,
-		"prompt": "Now show the greeting function's body.\nRUN:sed -n '/^func greet/,/^}/p' main.go"})
+// printTool has the parent's model call a tool and prints what it saw.
+func printTool(ctx context.Context, client *opencode.HTTPClient, parent, name string, args map[string]any) error {
+	out, err := callTool(ctx, client, parent, name, args)
 	if err != nil {
 		return err
 	}
 	fmt.Println(indent(out))
+	return nil
+}
+
+// readOutputs has the parent's model read the plain and the forked task's outputs, and checks
+// that the forked one quoted the token only the parent's context held.
+func readOutputs(ctx context.Context, client *opencode.HTTPClient, m *asyncagents.Manager, caller asyncagents.Caller, token string, plain, forked asyncagents.Task) error {
+	for _, t := range []asyncagents.Task{plain, forked} {
+		if err := printTool(ctx, client, caller.SessionID, "asyncagents_output", map[string]any{"task_id": t.DisplayID, "block": true, "timeout": 60}); err != nil {
+			return err
+		}
+		fmt.Println()
+	}
+	fo, _ := m.Output(ctx, caller, forked.ID, asyncagents.OutputOptions{})
+	if !strings.Contains(fo.Task.Result, token) {
+		return fmt.Errorf("the forked task did not quote %s: %q", token, fo.Task.Result)
+	}
+	fmt.Printf("   ✓ the forked task quoted %s, which it could only know from the parent's context\n", token)
+	return nil
+}
+
+// resumePlain has the parent's model send the plain task a follow-up, waits for it, lists the
+// tasks and checks that every one completed.
+func resumePlain(ctx context.Context, client *opencode.HTTPClient, m *asyncagents.Manager, caller asyncagents.Caller, plain asyncagents.Task) error {
+	if err := printTool(ctx, client, caller.SessionID, "asyncagents_task", map[string]any{"resume": plain.DisplayID,
+		"prompt": "Now show the greeting function's body.\nRUN:sed -n '/^func greet/,/^}/p' main.go"}); err != nil {
+		return err
+	}
 	res, err := m.Output(ctx, caller, plain.ID, asyncagents.OutputOptions{Block: true, Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
 	fmt.Println(indent(asyncagents.FormatOutput(res, time.Now())))
-	list, err = callTool(ctx, client, parent.ID, "asyncagents_list", map[string]any{})
+	if err := printTool(ctx, client, caller.SessionID, "asyncagents_list", map[string]any{}); err != nil {
+		return err
+	}
+	tasks, err := m.List(caller, "")
 	if err != nil {
 		return err
 	}
-	fmt.Println(indent(list))
-
 	for _, t := range tasks {
-		if lt, _ := m.Get(t.ID); lt.Status != asyncagents.StatusCompleted {
-			return fmt.Errorf("task %q did not complete: %s %s", t.Description, lt.Status, lt.Error)
+		if t.Status != asyncagents.StatusCompleted {
+			return fmt.Errorf("task %q did not complete: %s %s", t.Description, t.Status, t.Error)
 		}
 	}
-
-	step("8. Notifications the parent session received")
-	return showNotifications(ctx, client, parent.ID, 4)
+	return nil
 }
 
 // connect starts a server with the scripted model, or uses OPENCODE_URL.
@@ -384,28 +425,37 @@ func callTool(ctx context.Context, c *opencode.HTTPClient, parent, name string, 
 		if err != nil {
 			return "", err
 		}
-		mine := -1 // our prompt: the last user message with its text
-		for i, m := range msgs {
-			for _, p := range m.Parts {
-				if p.Type == opencode.PartText && p.Text == prompt {
-					mine = i
-				}
-			}
-		}
-		if mine < 0 {
-			continue
-		}
-		for _, m := range msgs[mine+1:] {
-			for _, p := range m.Parts {
-				if p.Type != opencode.PartTool || p.Tool != name || p.State == nil {
-					continue
-				}
-				if p.State.Status == "error" {
-					return "", fmt.Errorf("%s failed: %s", name, p.State.Error)
-				}
-				return p.State.Output, nil
-			}
+		if out, found, err := toolOutput(msgs, prompt, name); found || err != nil {
+			return out, err
 		}
 	}
 	return "", fmt.Errorf("the parent's model did not call %s", name)
+}
+
+// toolOutput finds, after the user message with text prompt, the model's call of tool name
+// and returns its output; an error for a call that failed.
+func toolOutput(msgs []opencode.Message, prompt, name string) (string, bool, error) {
+	mine := -1 // our prompt: the last user message with its text
+	for i, m := range msgs {
+		for _, p := range m.Parts {
+			if p.Type == opencode.PartText && p.Text == prompt {
+				mine = i
+			}
+		}
+	}
+	if mine < 0 {
+		return "", false, nil
+	}
+	for _, m := range msgs[mine+1:] {
+		for _, p := range m.Parts {
+			if p.Type != opencode.PartTool || p.Tool != name || p.State == nil {
+				continue
+			}
+			if p.State.Status == "error" {
+				return "", true, fmt.Errorf("%s failed: %s", name, p.State.Error)
+			}
+			return p.State.Output, true, nil
+		}
+	}
+	return "", false, nil
 }

@@ -168,8 +168,9 @@ func checkPermissionRule(k *checker) {
 	}
 	if msgs := k.messages(s.ID, 0); len(msgs) == 3 {
 		p := toolPart(msgs[1])
-		code, _ := p.State.ExitCode()
-		if p == nil || p.State.Status != opencode.ToolCompleted || p.State.Output != want || code != 1 {
+		if p == nil {
+			k.errorf("no tool part in %+v", msgs[1])
+		} else if code, _ := p.State.ExitCode(); p.State.Status != opencode.ToolCompleted || p.State.Output != want || code != 1 {
 			k.errorf("tool part = %+v, want completed with %q, exit 1", p, want)
 		}
 	} else {
