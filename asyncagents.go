@@ -80,7 +80,6 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		mirrors:   mirrors{logs: map[string]*runLog{}},
 		lossGrace: lossGrace,
 	}
-	m.mirrors.replayFrom.Store(int64(replayFrom))
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	stored, err := cfg.store.Load(m.ctx)
 	if err != nil {

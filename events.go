@@ -159,10 +159,14 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	defer m.recoverAndLog("handling an event")
 	switch ev.Type {
 	case opencode.EventMessagePartUpdate:
-		m.partUpdated(q, ev)
+		m.partUpdated(q, ev, epoch)
+	case opencode.EventSessionCreated: // published before the task's prompt was sent
+		if l := m.mirrorOf(eventSession(ev)); l != nil {
+			l.bind(epoch)
+		}
 	case opencode.EventMessageUpdated:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
-			l.add(logFrame{props: ev.Properties, msg: true})
+			l.add(logFrame{props: ev.Properties, msg: true}, epoch)
 		}
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev)
@@ -264,7 +268,7 @@ func (m *Manager) idleEvent(re runEvent, epoch uint64) runEvent {
 // part events of other sessions cost a session id (not copied), a map lookup and a byte
 // search: only a tool part of a session without a mirror is looked up further, and decoded
 // once the session is known to be a task's.
-func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
+func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event, epoch uint64) {
 	sid := eventSession(ev)
 	if len(sid) == 0 {
 		return
@@ -276,7 +280,7 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
 	tool, streamed := opencode.PartTypes(ev.Properties)
 	if !tool { // text and reasoning go to the mirror, decoded when the run is decided; other parts are written once
 		if r != nil && streamed {
-			r.add(logFrame{props: ev.Properties})
+			r.add(logFrame{props: ev.Properties}, epoch)
 		}
 		m.activity(q, sid)
 		return
@@ -287,9 +291,9 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event) {
 	p, ok := decodePart(ev.Properties)
 	if r != nil {
 		if ok {
-			r.add(logFrame{tool: &p})
+			r.add(logFrame{tool: &p}, epoch)
 		} else {
-			r.add(logFrame{props: ev.Properties})
+			r.add(logFrame{props: ev.Properties}, epoch)
 		}
 	}
 	if !ok || p.Type != opencode.PartTool {

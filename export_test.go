@@ -12,10 +12,6 @@ func StreamDecided(m *Manager) int64 { return m.mirrors.decided.Load() }
 // launched from now on are followed on it.
 func StreamLive(m *Manager) bool { return m.mirrors.live.Load() != 0 }
 
-// ReplayAlways makes m decide every run the event stream carried whole from its frames,
-// however fast the server answers. Call it before launching.
-func ReplayAlways(m *Manager) { m.mirrors.replayFrom.Store(0) }
-
 // SetLossGrace sets how long after a prompt_async m takes its message's absence for a loss
 // (see prompt.go and notify.go). Call it before launching.
 func SetLossGrace(m *Manager, d time.Duration) {

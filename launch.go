@@ -206,11 +206,9 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 	if in.Fork {
 		title = "Background (forked): " + in.Description
 	}
-	asked := time.Now()
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
 		Directory: dir, ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})
-	m.mirrors.quickest.observe(time.Since(asked))
 	if err != nil {
 		return nil, fmt.Errorf("asyncagents: create task session: %w", err)
 	}

@@ -223,7 +223,7 @@ func (g *gatedReads) Events(ctx context.Context) (opencode.EventStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return droppingStream{s, func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
+	return droppingStream{EventStream: s, drop: func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
 }
 
 // P-3, T-6: a burst of run ends is read with more reads in flight than WithReconcilers, up

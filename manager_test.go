@@ -269,7 +269,7 @@ func (p *panicky) Events(ctx context.Context) (opencode.EventStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return droppingStream{s, func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
+	return droppingStream{EventStream: s, drop: func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}, nil
 }
 
 // logRecords collects log messages with their attributes (but stacks).

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -16,63 +15,44 @@ import (
 // A run that ends with a reply is decided from what the event stream carried of it, when the
 // stream carried all of it: the run's message.updated and message.part.updated events are
 // recorded (runLog), and on the run's idle event a runMirror rebuilt from them gives its
-// messages to manager.Decide as a read's would, without the read. When the server ends many runs at once, it answers
-// the reads one after another; the events have already arrived.
+// messages to manager.Decide as a read's would, without the read. When the server ends many
+// runs at once, it answers the reads one after another; the events have already arrived.
 //
 // A mirror decides only a reply that is complete in it: the newest message of the run is an
 // assistant message with a completion time and a finish other than "tool-calls", without an
 // error, and every part of it that was seen is final (a text or reasoning part with its end
-// time, a tool part completed or failed). The stream must also have been delivering events
-// without a break since before the run's prompt was sent: a run's log belongs to the connection
-// that was live when it was created (Manager.live; OpenCode sends server.connected before the
-// subscription is live, so a connection counts from the first other event it delivers).
+// time, a tool part completed or failed).
+//
+// The stream must also have carried the whole run, and that is decided from what it carried,
+// never from how fast the server answers. The server publishes a run's events in order, after
+// its prompt arrives, and a connection delivers, in the order published, every event published
+// after it subscribed. So a connection carries the whole run when it delivered, before the
+// run's idle and on the same connection as every frame recorded of the run, an event the
+// server published before the prompt reached it. The Manager knows two such events:
+//   - any event delivered before the prompt was sent (Manager.live: OpenCode sends
+//     server.connected before the subscription is live, so a connection counts from the first
+//     other event it delivers), which binds the run's log to the connection when the log is
+//     created or when the prompt is sent;
+//   - the session.created of the task's own session, published while the Manager's
+//     POST /session was answered, before the prompt was sent: it binds the log of a launch
+//     to the connection that delivers it, however late, so that runs launched right after
+//     New, before the stream delivered anything, are followed too.
+//
 // Anything else — an error, which OpenCode may add after the first idle, an abort, a halt, an
-// early idle, a removed message, a frame that does not decode, a reconnect — leaves the run to
-// a read, as before.
-
-// A replay costs the Manager some CPU (decoding the run's frames) where a read costs a round
-// trip to the server and its decoding. Runs are decided from their frames when the server has
-// never answered the Manager's session creations and message reads within replayFrom (a
-// server over HTTP takes milliseconds), and read when it has (a Client in the same process
-// answers within microseconds, and may hand its messages over without decoding anything:
-// then a read is the cheaper). The quickest answer decides, not a typical one, so that a busy
-// host, which slows every answer, does not make an in-process Client look remote.
-const replayFrom = 250 * time.Microsecond
+// early idle, a removed message, a frame that does not decode, a frame or an idle on another
+// connection than the one the log is bound to, a log bound to none — leaves the run to a
+// read, as before.
 
 // mirrors is the part of the Manager that follows runs on the event stream: per task session,
 // the log of its current run, written under Manager.mu and mu and read under mu alone by the
 // goroutine reading the stream; the numbers of the stream's connections (epoch) and of the
-// one delivering events (live, 0 while none does); how many runs were completed from their
-// logs; and the server's quickest answer with the threshold of replays (replayFrom).
+// one delivering events (live, 0 while none does); and how many runs were completed from their
+// logs.
 type mirrors struct {
 	mu          sync.RWMutex
 	logs        map[string]*runLog
 	epoch, live atomic.Uint64
 	decided     atomic.Int64
-	quickest    quickest
-	replayFrom  atomic.Int64
-}
-
-// quickest is the shortest time the server has taken to answer the Manager's session
-// creations and message reads, in nanoseconds; 0 before the first answer.
-type quickest struct{ d atomic.Int64 }
-
-// observe adds the duration of one answer.
-func (q *quickest) observe(d time.Duration) {
-	n := max(int64(d), 1)
-	for {
-		old := q.d.Load()
-		if old != 0 && old <= n || q.d.CompareAndSwap(old, n) {
-			return
-		}
-	}
-}
-
-// replays reports whether runs are decided from their frames: the server has answered, and
-// never within replayFrom.
-func (m *Manager) replays() bool {
-	d := m.mirrors.quickest.d.Load()
-	return d != 0 && time.Duration(d) >= time.Duration(m.mirrors.replayFrom.Load())
 }
 
 // hashSeed hashes the message.updated events of mirrors, to skip repeated ones.
@@ -110,11 +90,22 @@ type mirroredPart struct {
 // the reconcilers. It is created before the run's prompt is sent, replaced when the next run
 // starts and dropped when the run ends; only the reader appends to it.
 type runLog struct {
-	epoch    uint64 // the live connection when it was created (Manager.live), or 0
+	// bound is the connection known to carry the whole run (see above), or 0 while none
+	// is; set once.
+	bound    atomic.Uint64
 	baseline string // the messages up to this id belong to earlier runs
+	from     uint64 // the connection that delivered the frames (0 before the first)
 	frames   []logFrame
 	size     int  // bytes held by frames
 	broken   bool // something it cannot follow was seen: decide from a read
+}
+
+// bind records that connection epoch carries the whole run, unless the log is bound already.
+// A zero epoch (no connection delivering) binds nothing.
+func (l *runLog) bind(epoch uint64) {
+	if epoch != 0 {
+		l.bound.CompareAndSwap(0, epoch)
+	}
 }
 
 // logFrame is one recorded frame: the properties of a message.updated event (msg) or of a
@@ -131,12 +122,16 @@ const (
 	maxLogFrames = 4096
 )
 
-// add records a frame, or gives up on the run when the log is full.
-func (l *runLog) add(f logFrame) {
+// add records a frame delivered by connection epoch, or gives up on the run when the log is
+// full or the frames come from more than one connection.
+func (l *runLog) add(f logFrame, epoch uint64) {
 	if l.broken {
 		return
 	}
-	if l.size += len(f.props); l.size > maxLogBytes || len(l.frames) >= maxLogFrames {
+	if l.from == 0 {
+		l.from = epoch
+	}
+	if l.size += len(f.props); l.size > maxLogBytes || len(l.frames) >= maxLogFrames || l.from != epoch {
 		l.broken, l.frames = true, nil
 		return
 	}
@@ -147,10 +142,10 @@ func (l *runLog) add(f logFrame) {
 }
 
 // snapshot returns the frames recorded so far when connection epoch, which delivered the idle
-// event asking, is the one the log was created on and nothing broke it; nil otherwise. The
-// frames returned are not changed by later appends.
+// event asking, is the one the log is bound to and delivered them all, and nothing broke it;
+// nil otherwise. The frames returned are not changed by later appends.
 func (l *runLog) snapshot(epoch uint64) []logFrame {
-	if l.epoch == 0 || l.epoch != epoch || l.broken || len(l.frames) == 0 {
+	if epoch == 0 || l.bound.Load() != epoch || l.from != epoch || l.broken || len(l.frames) == 0 {
 		return nil
 	}
 	return l.frames[:len(l.frames):len(l.frames)]
@@ -185,17 +180,17 @@ func (m *Manager) mirrorOf(sid []byte) *runLog {
 	return m.mirrors.logs[string(sid)]
 }
 
-// startMirrorLocked gives e's run, whose prompt is about to be sent, a new log, when runs
-// are decided from their frames; otherwise the reader records nothing for it.
+// startMirrorLocked gives e's run, whose prompt is about to be sent, a new log, bound to the
+// connection delivering events, if any. The log is in the map before live is read: when the
+// reader, which stores live before it looks a session's log up, missed the log, it stored
+// live before this reads it.
 func (m *Manager) startMirrorLocked(e *entry) {
 	m.dropMirrorLocked(e)
-	if !m.replays() {
-		return
-	}
-	e.mirror = &runLog{epoch: m.mirrors.live.Load(), baseline: e.baseline}
+	e.mirror = &runLog{baseline: e.baseline}
 	m.mirrors.mu.Lock()
 	m.mirrors.logs[e.task.ID] = e.mirror
 	m.mirrors.mu.Unlock()
+	e.mirror.bind(m.mirrors.live.Load())
 }
 
 // dropMirrorLocked forgets the log of e's run, which has ended.

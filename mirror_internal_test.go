@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -101,11 +100,33 @@ func TestMirrorDecidesAsReadT6(t *testing.T) {
 	if w := manager.Decide(read, manager.Run{Idle: true}); w != v {
 		t.Errorf("Decide on a read = %+v, on the mirror %+v", w, v)
 	}
-	// The frames are replayed only for the idle of the connection that carried them all.
-	l := &runLog{epoch: 3}
-	l.add(logFrame{props: evs[0].Properties, msg: true})
-	if l.snapshot(3) == nil || l.snapshot(4) != nil || (&runLog{}).snapshot(0) != nil {
-		t.Error("a log gave its frames for another connection, or without a live one")
+	// The frames are replayed only for the idle of the connection that carried them all
+	// and that the log is bound to.
+	frame := logFrame{props: evs[0].Properties, msg: true}
+	for _, c := range []struct {
+		name  string
+		bound uint64   // the connection bound, 0 for none
+		from  []uint64 // the connection of each frame
+		idle  uint64
+		want  bool
+	}{
+		{"bound, frames and idle on it", 3, []uint64{3, 3}, 3, true},
+		{"not bound", 0, []uint64{3}, 3, false},
+		{"idle on another connection", 3, []uint64{3}, 4, false},
+		{"frames on another connection", 4, []uint64{3}, 4, false},
+		{"frames on two connections", 4, []uint64{3, 4}, 4, false},
+		{"no frames", 3, nil, 3, false},
+		{"no connection", 0, []uint64{0}, 0, false},
+	} {
+		l := &runLog{}
+		l.bind(c.bound)
+		l.bind(c.bound + 1) // bound once: the first binds
+		for _, e := range c.from {
+			l.add(frame, e)
+		}
+		if got := l.snapshot(c.idle) != nil; got != c.want {
+			t.Errorf("%s: replayed %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 
@@ -160,26 +181,3 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 	}
 }
 
-// T-6: the Manager replays a run's frames while the server has never answered within
-// replayFrom, and reads the run once it has: slow answers (a busy host) do not make a quick
-// server look slow, and a quick answer among slow ones shows the server can answer quickly.
-func TestReplaysWhileTheServerIsSlowT6(t *testing.T) {
-	m := &Manager{}
-	m.mirrors.replayFrom.Store(int64(replayFrom))
-	if m.replays() {
-		t.Error("replays before any answer")
-	}
-	for _, d := range []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, replayFrom} {
-		m.mirrors.quickest.observe(d)
-		if !m.replays() {
-			t.Fatalf("reads after an answer in %v; quickest %v", d, time.Duration(m.mirrors.quickest.d.Load()))
-		}
-	}
-	m.mirrors.quickest.observe(20 * time.Microsecond)
-	for range 200 {
-		m.mirrors.quickest.observe(20 * time.Millisecond)
-		if m.replays() {
-			t.Fatalf("replays after an answer in 20 µs; quickest %v", time.Duration(m.mirrors.quickest.d.Load()))
-		}
-	}
-}

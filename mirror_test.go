@@ -19,10 +19,13 @@ import (
 )
 
 // readsClient records the message reads (Messages) per session and, with drop, keeps the
-// events it matches from the Manager.
+// events it matches from the Manager; with hold, it delivers no event but server.connected
+// until hold is closed; opened, when set, is closed when the first stream is open.
 type readsClient struct {
 	opencode.Client
-	drop func(opencode.Event) bool
+	drop   func(opencode.Event) bool
+	hold   chan struct{}
+	opened chan struct{}
 
 	mu    sync.Mutex
 	reads map[string][]int // session → the limit of each read
@@ -47,22 +50,33 @@ func (c *readsClient) readsOf(id string) []int {
 
 func (c *readsClient) Events(ctx context.Context) (opencode.EventStream, error) {
 	s, err := c.Client.Events(ctx)
-	if err != nil || c.drop == nil {
+	if err == nil && c.opened != nil {
+		select {
+		case <-c.opened:
+		default:
+			close(c.opened)
+		}
+	}
+	if err != nil || c.drop == nil && c.hold == nil {
 		return s, err
 	}
-	return droppingStream{s, c.drop}, nil
+	return droppingStream{s, c.drop, c.hold}, nil
 }
 
 type droppingStream struct {
 	opencode.EventStream
 	drop func(opencode.Event) bool
+	hold chan struct{}
 }
 
 func (s droppingStream) All() iter.Seq2[opencode.Event, error] {
 	return func(yield func(opencode.Event, error) bool) {
 		for ev, err := range s.EventStream.All() {
-			if err == nil && s.drop(ev) {
+			if err == nil && s.drop != nil && s.drop(ev) {
 				continue
+			}
+			if s.hold != nil && ev.Type != opencode.EventServerConnected {
+				<-s.hold
 			}
 			if !yield(ev, err) {
 				return
@@ -77,7 +91,6 @@ func (s droppingStream) All() iter.Seq2[opencode.Event, error] {
 func streamManager(t *testing.T, c opencode.Client, opts ...asyncagents.Option) (*asyncagents.Manager, asyncagents.Caller) {
 	t.Helper()
 	m := newManager(t, c, append([]asyncagents.Option{asyncagents.WithPollInterval(time.Hour)}, opts...)...)
-	asyncagents.ReplayAlways(m)
 	var caller asyncagents.Caller
 	waitFor(t, 10*time.Second, func() bool {
 		caller = fakeParent(t, c) // session.created
@@ -144,6 +157,67 @@ func TestCompletionFromEventsT6(t *testing.T) {
 	}
 }
 
+// T-6: a run launched before the event stream delivered any event is followed whole from
+// the session.created of its session, which the server published before the prompt was
+// sent: it is decided from its events however late the stream delivers them. The same run is
+// read when the stream does not deliver that session.created: nothing shows that the stream
+// was subscribed before the prompt was sent.
+func TestCompletionFromEventsBoundBySessionCreatedT6(t *testing.T) {
+	for _, missed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "delivered", true: "missed"}[missed], func(t *testing.T) {
+			f := fakeClient(t)
+			caller := fakeParent(t, f) // before the Manager subscribes: no event for it
+			c := &readsClient{Client: f, hold: make(chan struct{}), opened: make(chan struct{})}
+			if missed {
+				c.drop = func(ev opencode.Event) bool { return ev.Type == opencode.EventSessionCreated }
+			}
+			m := newManager(t, c, asyncagents.WithPollInterval(time.Hour))
+			var once sync.Once
+			release := func() { once.Do(func() { close(c.hold) }) }
+			t.Cleanup(release) // before the Manager's Close
+			<-c.opened
+			task := launch(t, m, caller, "hello") // the prompt is sent while the stream holds every event
+			if asyncagents.StreamLive(m) {
+				t.Fatal("the stream delivered an event while held")
+			}
+			release()
+			got := await(t, m, caller, task.ID)
+			if got.Status != asyncagents.StatusCompleted || got.Result != readDecision(t, c, task, "").Result {
+				t.Errorf("%s %q", got.Status, got.Result)
+			}
+			reads, decided := len(c.readsOf(task.ID))-1, asyncagents.StreamDecided(m) // less readDecision's
+			if want := map[bool]int64{false: 1, true: 0}[missed]; decided != want || (reads == 0) != (want == 1) {
+				t.Errorf("%d runs decided from events after %d reads; want %d", decided, reads, want)
+			}
+		})
+	}
+}
+
+// T-6: runs are decided from their events whatever the speed of the server's answers: a
+// Client answering within microseconds (in the same process) and one answering after
+// milliseconds (over a network) alike.
+func TestCompletionFromEventsWhateverTheLatencyT6(t *testing.T) {
+	for _, delay := range []time.Duration{0, 3 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			rc := &readsClient{Client: fakeClient(t)}
+			c := slowClient{rc, delay}
+			m, caller := streamManager(t, c)
+			for i := range 3 {
+				task := launch(t, m, caller, "hello "+strconv.Itoa(i))
+				if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+					t.Fatalf("%s: %s", task.ID, got.Status)
+				}
+				if reads := rc.readsOf(task.ID); len(reads) != 0 {
+					t.Errorf("%s: the Manager read the task's messages: %v", task.ID, reads)
+				}
+			}
+			if n := asyncagents.StreamDecided(m); n != 3 {
+				t.Errorf("%d of 3 runs decided from events, want 3", n)
+			}
+		})
+	}
+}
+
 // slowClient answers session creations and message reads after a delay, as a server on a
 // network does.
 type slowClient struct {
@@ -159,32 +233,6 @@ func (c slowClient) CreateSession(ctx context.Context, req opencode.CreateSessio
 func (c slowClient) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
 	time.Sleep(c.delay)
 	return c.readsClient.Messages(ctx, id, limit)
-}
-
-// T-6: without a test's say, runs are decided from their events when the server takes a
-// while to answer (a read costs more than replaying them); mirror_internal_test.go shows that
-// they are read when it answers within microseconds.
-func TestCompletionFromEventsWhenReadsCostMoreT6(t *testing.T) {
-	rc := &readsClient{Client: fakeClient(t)}
-	c := slowClient{rc, 3 * time.Millisecond}
-	m := newManager(t, c, asyncagents.WithPollInterval(time.Hour))
-	var caller asyncagents.Caller
-	waitFor(t, 10*time.Second, func() bool {
-		caller = fakeParent(t, c)
-		return testmain.Eventually(100*time.Millisecond, func() bool { return asyncagents.StreamLive(m) })
-	})
-	for i := range 3 {
-		task := launch(t, m, caller, "hello "+strconv.Itoa(i))
-		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
-			t.Fatalf("%s: %s", task.ID, got.Status)
-		}
-		if reads := rc.readsOf(task.ID); len(reads) != 0 {
-			t.Errorf("%s: the Manager read the task's messages: %v", task.ID, reads)
-		}
-	}
-	if n := asyncagents.StreamDecided(m); n != 3 {
-		t.Errorf("%d of 3 runs decided from events, want 3", n)
-	}
 }
 
 // partOf decodes the part of a message.part.updated event.
@@ -297,5 +345,36 @@ func TestRealServerCompletionFromEventsT6(t *testing.T) {
 	}
 	if n := asyncagents.StreamDecided(m); n != 3 {
 		t.Errorf("%d runs decided from events, want 3", n)
+	}
+}
+
+// T-6 on the real server, as a host runs it: a new Manager launches a burst of tasks at once,
+// before its event stream delivered anything, and every run is decided from what the stream
+// carried, not one task's messages read (a counting Client). The runs stream their reply for
+// a second, so that they all run and end together.
+func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	srv := shared.Get(t)
+	c := &readsClient{Client: srv.Client(), opened: make(chan struct{})}
+	caller := fakeParent(t, srv.Client())
+	m := newManager(t, c, asyncagents.WithPollInterval(time.Hour))
+	<-c.opened // open, not known to deliver: the first launches may come before it does
+	tasks := make([]asyncagents.Task, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { tasks[i] = launch(t, m, caller, "SLEEP:1 (task "+strconv.Itoa(i)+")") })
+	}
+	wg.Wait()
+	for _, task := range tasks {
+		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+			t.Errorf("%s: %s %q", task.ID, got.Status, got.Error)
+		}
+		if reads := c.readsOf(task.ID); len(reads) != 0 {
+			t.Errorf("%s: the Manager read the task's messages: %v", task.ID, reads)
+		}
+	}
+	if d := asyncagents.StreamDecided(m); d != n {
+		t.Errorf("%d of %d runs decided from events", d, n)
 	}
 }

@@ -62,6 +62,9 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	}
 	e.sending = true
 	e.sends++
+	if e.mirror != nil { // a connection delivering events now delivers the run's
+		e.mirror.bind(m.mirrors.live.Load())
+	}
 	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
 		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}
 	req.Model, _ = parseModel(t.Model) // validated at launch

@@ -203,7 +203,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 		}
 	}()
 
-	if r.streamed != nil && m.replays() {
+	if r.streamed != nil {
 		if msgs := replay(r.streamed, run.Baseline); msgs != nil {
 			if v := manager.Decide(msgs, run); v.Outcome == manager.Completed {
 				m.mirrors.decided.Add(1) // before the task shows as completed
@@ -216,9 +216,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 	}
 	ctx, cancel := m.requestCtx()
 	defer cancel()
-	asked := time.Now()
 	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
-	m.mirrors.quickest.observe(time.Since(asked))
 	if errors.Is(err, opencode.ErrNotFound) {
 		m.finish(e, rc, StatusCancelled, "", "session deleted")
 		return
