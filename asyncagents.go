@@ -77,7 +77,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1)},
 		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
 		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}},
-		mirrors:   mirrors{logs: map[string]*runLog{}},
+		mirrors:   mirrors{logs: map[string]*runLog{}, tried: make(chan struct{})},
 		lossGrace: lossGrace,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())

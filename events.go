@@ -28,6 +28,7 @@ func (m *Manager) eventLoop(q *eventQueue) {
 // subscribe reads one connection of the event stream until it ends.
 func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 	defer m.recoverAndLog("the event stream")
+	defer m.firstTryOver() // also when Events panics
 	// The handshake gets the quick request timeout; the stream, once open, lives until it
 	// ends.
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -38,6 +39,7 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 		stream.Close()
 		err = errors.New("asyncagents: the event stream did not open in time")
 	}
+	m.firstTryOver()
 	if err != nil {
 		if m.ctx.Err() == nil {
 			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)

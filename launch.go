@@ -74,8 +74,10 @@ func parseModel(s string) (*opencode.Model, error) {
 // model, or a caller session the server does not know), [ErrNestingDepth], [ErrTaskLimit]
 // (the caller has [WithMaxActivePerParent] active tasks), [ErrUnknownAgent] (the message
 // names the known agents), [ErrClosed]. It reads the caller session (GET /session/{id}) and
-// checks the agent against its directory's (GET /agent?directory=). Then it creates the
-// child session in the caller's directory (POST /session?directory=, with the caller's
+// checks the agent against its directory's (GET /agent?directory=). A launch right after
+// [New] then waits until the Manager's first attempt to open the event stream is over (at most
+// [QuickRequestTimeout]), so that the stream follows the task's run from its start. Then it
+// creates the child session in the caller's directory (POST /session?directory=, with the caller's
 // session as parentID, the title "Background: <description>" or
 // "Background (forked): <description>", and a rule denying the LLM tools at the deepest
 // level of [WithNestingDepth]); for a fork it reads the caller's messages newest first
@@ -206,6 +208,7 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 	if in.Fork {
 		title = "Background (forked): " + in.Description
 	}
+	m.awaitStream(ctx)
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
 		Directory: dir, ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})

@@ -2,6 +2,7 @@ package asyncagents
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"hash/maphash"
 	"slices"
@@ -46,13 +47,31 @@ import (
 // mirrors is the part of the Manager that follows runs on the event stream: per task session,
 // the log of its current run, written under Manager.mu and mu and read under mu alone by the
 // goroutine reading the stream; the numbers of the stream's connections (epoch) and of the
-// one delivering events (live, 0 while none does); and how many runs were completed from their
-// logs.
+// one delivering events (live, 0 while none does); how many runs were completed from their
+// logs; and tried, closed once the stream's first connection attempt is over.
 type mirrors struct {
 	mu          sync.RWMutex
 	logs        map[string]*runLog
 	epoch, live atomic.Uint64
 	decided     atomic.Int64
+	tried       chan struct{}
+	triedOnce   sync.Once
+}
+
+// firstTryOver closes tried, once.
+func (m *Manager) firstTryOver() { m.mirrors.triedOnce.Do(func() { close(m.mirrors.tried) }) }
+
+// awaitStream waits until the event stream's first connection attempt is over (it is bounded
+// by the quick request timeout), until ctx is done or until the Manager closes. A launch
+// waits for it before it creates the task's session: a task launched right after New then has
+// its session created while the stream is open, and the stream delivers its session.created,
+// which binds its run to the stream. Later launches do not wait.
+func (m *Manager) awaitStream(ctx context.Context) {
+	select {
+	case <-m.mirrors.tried:
+	case <-ctx.Done():
+	case <-m.stop:
+	}
 }
 
 // hashSeed hashes the message.updated events of mirrors, to skip repeated ones.
