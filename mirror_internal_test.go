@@ -180,4 +180,3 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 		t.Errorf("a mirror of %d messages kept %d and decided", maxMirrored+2, len(r.msgs))
 	}
 }
-
