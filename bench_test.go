@@ -76,8 +76,8 @@ import (
 //	req/task, X-req/task  the Manager's requests to its opencode.Client per task, in all and
 //	                      per method (over http, each is one HTTP request)
 //
-// The 10,000-task cases run only when the -bench pattern names them (it contains
-// "tasks=10000"); -bench . covers 100 and 1,000.
+// The 5,000- and 10,000-task cases run only when the -bench pattern names them (it contains
+// "tasks=5000" or "tasks=10000"); -bench . covers 100 and 1,000.
 
 const (
 	scaleLaunchers  = 4    // goroutines calling Launch
@@ -119,18 +119,18 @@ func benchPattern() string {
 }
 
 // BenchmarkScaleP3P4 runs the scale scenarios described at the top of this file on
-// leanServer, in process and over HTTP: 100, 1,000 and 10,000 tasks, under one parent or 10
-// per parent, finished in a burst or spread, with or without a blocked Output per task.
+// leanServer, in process and over HTTP: 100, 1,000, 5,000 and 10,000 tasks, under one parent
+// or 10 per parent, finished in a burst or spread, with or without a blocked Output per task.
 func BenchmarkScaleP3P4(b *testing.B) {
 	for _, remote := range []bool{false, true} {
-		for _, n := range []int{100, 1000, 10000} {
+		for _, n := range []int{100, 1000, 5000, 10000} {
 			for _, per := range []int{0, 10} {
 				for _, burst := range []bool{true, false} {
 					for _, output := range []bool{false, true} {
 						c := scaleCase{http: remote, tasks: n, perParent: per, burst: burst, output: output}
 						b.Run(c.name(), func(b *testing.B) {
-							if n >= 10000 && !strings.Contains(benchPattern(), "tasks=10000") {
-								b.Skip("select with -bench 'ScaleP3P4/transport=inproc/tasks=10000'")
+							if n >= 5000 && !strings.Contains(benchPattern(), "tasks="+strconv.Itoa(n)) {
+								b.Skip("select with -bench 'ScaleP3P4/transport=inproc/tasks=" + strconv.Itoa(n) + "'")
 							}
 							backend := newLeanBackend
 							if remote {
