@@ -12,92 +12,109 @@ import (
 )
 
 // events serves GET /global/event: the backing client's stream as Server-Sent Events.
+//
+// A goroutine (the pump) ranges over the backing stream and appends each event's frame to a
+// queue; the handler writes what the queue holds and flushes it once. So a burst of events
+// goes out in a few large writes instead of a write and a flush each, and a quiet stream's
+// event still goes out at once. The handler stops the pump (Close of the backing stream ends
+// its range) and waits for it before it returns.
 func (s *HTTPServer) events(w http.ResponseWriter, r *http.Request) {
-	st, err := s.c.Events(r.Context())
+	ctx := r.Context()
+	st, err := s.c.Events(ctx)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	defer st.Close()
+	q := &frameQueue{wake: make(chan struct{}, 1)}
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		defer q.finish()
+		for ev, err := range st.All() {
+			if err != nil {
+				return
+			}
+			q.push(ev)
+		}
+	}()
+	defer func() {
+		_ = st.Close()
+		<-pumped
+	}()
+
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
-	if !fw.flush() {
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
 		return
 	}
-	// The heartbeat runs on a timer, not a goroutine of its own, and stops before the handler
-	// returns (a beat that fires meanwhile finds the writer stopped).
-	fw.mu.Lock()
-	fw.beat = time.AfterFunc(s.cfg.heartbeat, func() {
-		if fw.write(opencode.Event{Type: opencode.EventServerHeartbeat, Properties: json.RawMessage(`{}`)}) {
-			fw.mu.Lock()
-			if !fw.stopped {
-				fw.beat.Reset(s.cfg.heartbeat)
-			}
-			fw.mu.Unlock()
-		}
-	})
-	fw.mu.Unlock()
-	defer fw.stop()
-	for ev, err := range st.All() {
-		if err != nil || !fw.write(ev) {
+	beat := time.NewTicker(s.cfg.heartbeat)
+	defer beat.Stop()
+	var frames []byte
+	for {
+		select {
+		case <-q.wake:
+		case <-beat.C:
+			q.push(opencode.Event{Type: opencode.EventServerHeartbeat, Properties: json.RawMessage(`{}`)})
+		case <-ctx.Done():
 			return
 		}
+		var end bool
+		frames, end = q.take(frames)
+		if len(frames) > 0 {
+			if _, err := w.Write(frames); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+		if end {
+			return
+		}
+		if cap(frames) > 64<<10 { // after a burst: do not keep a large buffer for a quiet stream
+			frames = nil
+		}
 	}
 }
 
-// frameWriter writes the frames of one event stream; the handler and the heartbeat share it.
-type frameWriter struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	beat *time.Timer
+// frameQueue holds the frames of one event stream between the pump and the handler.
+type frameQueue struct {
+	wake chan struct{} // one pending wake-up
 
-	mu      sync.Mutex
-	buf     []byte
-	stopped bool // the handler is returning: nothing more is written
-	failed  bool // a write failed: the client is gone
+	mu     sync.Mutex
+	frames []byte
+	end    bool // the backing stream ended
 }
 
-// write writes ev as one frame and flushes it; it reports false once the stream is done.
-func (fw *frameWriter) write(ev opencode.Event) bool {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	if fw.stopped || fw.failed {
-		return false
-	}
-	fw.buf = appendFrame(fw.buf[:0], ev)
-	if _, err := fw.w.Write(fw.buf); err != nil {
-		fw.failed = true
-		return false
-	}
-	if cap(fw.buf) > 64<<10 { // a large tool output: do not keep its buffer
-		fw.buf = nil
-	}
-	return fw.flushLocked()
+func (q *frameQueue) push(ev opencode.Event) {
+	q.mu.Lock()
+	q.frames = appendFrame(q.frames, ev)
+	q.mu.Unlock()
+	q.notify()
 }
 
-func (fw *frameWriter) flush() bool {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	return fw.flushLocked()
+func (q *frameQueue) finish() {
+	q.mu.Lock()
+	q.end = true
+	q.mu.Unlock()
+	q.notify()
 }
 
-func (fw *frameWriter) flushLocked() bool {
-	if err := fw.rc.Flush(); err != nil {
-		fw.failed = true
+func (q *frameQueue) notify() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
 	}
-	return !fw.failed
 }
 
-// stop ends the heartbeat; after it returns nothing writes to the response.
-func (fw *frameWriter) stop() {
-	fw.mu.Lock()
-	fw.stopped = true
-	fw.mu.Unlock()
-	fw.beat.Stop()
+// take returns the frames queued so far, leaving spare (emptied) in their place, and
+// whether the backing stream ended after them.
+func (q *frameQueue) take(spare []byte) (frames []byte, end bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	frames, q.frames = q.frames, spare[:0]
+	return frames, q.end
 }
 
 // appendFrame appends ev as OpenCode frames it on GET /global/event:
