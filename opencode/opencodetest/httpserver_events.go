@@ -16,8 +16,9 @@ import (
 // A goroutine (the pump) ranges over the backing stream and appends each event's frame to a
 // queue; the handler writes what the queue holds and flushes it once. So a burst of events
 // goes out in a few large writes instead of a write and a flush each, and a quiet stream's
-// event still goes out at once. The handler stops the pump (Close of the backing stream ends
-// its range) and waits for it before it returns.
+// event still goes out at once. The queue holds at most about frameQueueMax bytes: a pump
+// ahead of the client waits, and the events wait in the backing stream. The handler stops
+// the pump (Close of the backing stream ends its range) and waits for it before it returns.
 func (s *HTTPServer) events(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	st, err := s.c.Events(ctx)
@@ -25,19 +26,19 @@ func (s *HTTPServer) events(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	q := &frameQueue{wake: make(chan struct{}, 1)}
-	pumped := make(chan struct{})
+	q := &frameQueue{wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+	pumped, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(pumped)
 		defer q.finish()
 		for ev, err := range st.All() {
-			if err != nil {
+			if err != nil || !q.push(ev, done) {
 				return
 			}
-			q.push(ev)
 		}
 	}()
 	defer func() {
+		close(done)
 		_ = st.Close()
 		<-pumped
 	}()
@@ -58,7 +59,7 @@ func (s *HTTPServer) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-q.wake:
 		case <-beat.C:
-			q.push(opencode.Event{Type: opencode.EventServerHeartbeat, Properties: json.RawMessage(`{}`)})
+			q.push(opencode.Event{Type: opencode.EventServerHeartbeat, Properties: json.RawMessage(`{}`)}, nil)
 		case <-ctx.Done():
 			return
 		}
@@ -72,26 +73,43 @@ func (s *HTTPServer) events(w http.ResponseWriter, r *http.Request) {
 		if end {
 			return
 		}
-		if cap(frames) > 64<<10 { // after a burst: do not keep a large buffer for a quiet stream
+		if cap(frames) > 2*frameQueueMax { // a large tool output: do not keep its buffer
 			frames = nil
 		}
 	}
 }
 
+// frameQueueMax bounds the frames an event stream holds for its client; a frame is added
+// while the queue holds less.
+const frameQueueMax = 64 << 10
+
 // frameQueue holds the frames of one event stream between the pump and the handler.
 type frameQueue struct {
-	wake chan struct{} // one pending wake-up
+	wake  chan struct{} // one pending wake-up of the handler
+	space chan struct{} // one pending wake-up of a pump waiting for room
 
 	mu     sync.Mutex
 	frames []byte
 	end    bool // the backing stream ended
 }
 
-func (q *frameQueue) push(ev opencode.Event) {
+// push queues ev's frame, first waiting while the queue is full, unless done is nil (the
+// handler's own heartbeat). It reports false when done was closed meanwhile.
+func (q *frameQueue) push(ev opencode.Event, done <-chan struct{}) bool {
 	q.mu.Lock()
+	for done != nil && len(q.frames) >= frameQueueMax {
+		q.mu.Unlock()
+		select {
+		case <-q.space:
+		case <-done:
+			return false
+		}
+		q.mu.Lock()
+	}
 	q.frames = appendFrame(q.frames, ev)
 	q.mu.Unlock()
 	q.notify()
+	return true
 }
 
 func (q *frameQueue) finish() {
@@ -112,9 +130,14 @@ func (q *frameQueue) notify() {
 // whether the backing stream ended after them.
 func (q *frameQueue) take(spare []byte) (frames []byte, end bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	frames, q.frames = q.frames, spare[:0]
-	return frames, q.end
+	end = q.end
+	q.mu.Unlock()
+	select {
+	case q.space <- struct{}{}:
+	default:
+	}
+	return frames, end
 }
 
 // appendFrame appends ev as OpenCode frames it on GET /global/event:
