@@ -57,7 +57,8 @@ import (
 //
 // GET /global/event opens a stream of the backing client before it answers 200
 // (Content-Type text/event-stream), so the subscription is live when HTTPClient.Events
-// returns, and writes each event as one frame, flushed at once:
+// returns, and writes each event as one frame, sent at once (a burst goes out in a few large
+// writes; at most 64 KB of frames wait for a slow client, the rest in the backing stream):
 //
 //	data: {"directory": Event.Directory, "payload": {"id", "type", "properties"}}
 //
@@ -70,7 +71,8 @@ import (
 //
 // Like [httptest.Server], an HTTPServer is created running and stopped with
 // [HTTPServer.Close]. It is safe for concurrent use. It owns the goroutines that serve its
-// connections; Close ends them. It does not close the backing client.
+// connections and, per event stream, one that reads the backing stream; Close ends them. It
+// does not close the backing client.
 type HTTPServer struct {
 	// URL is the server's base URL, e.g. "http://127.0.0.1:41235": what
 	// [opencode.NewHTTPClient] is given.
