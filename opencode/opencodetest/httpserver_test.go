@@ -1,8 +1,12 @@
 package opencodetest_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"slices"
 	"strings"
@@ -169,5 +173,79 @@ func TestHTTPServerDirectory(t *testing.T) {
 	s, err = srv.Client().CreateSession(t.Context(), opencode.CreateSessionRequest{Title: "t", Directory: "/opencodetest/third"})
 	if err != nil || s.Directory != "/opencodetest/third" {
 		t.Fatalf("CreateSession with ?directory= = %+v, %v", s, err)
+	}
+}
+
+// burstClient's event stream is server.connected, then n events of about 1 KB (the first
+// with indented properties), then the end.
+type burstClient struct {
+	opencode.Client // nil: only Events is served
+	n               int
+}
+
+func (c burstClient) Events(ctx context.Context) (opencode.EventStream, error) {
+	return burstStream{ctx: ctx, n: c.n}, nil
+}
+
+type burstStream struct {
+	ctx context.Context
+	n   int
+}
+
+func (s burstStream) All() iter.Seq2[opencode.Event, error] {
+	return func(yield func(opencode.Event, error) bool) {
+		if !yield(opencode.Event{Type: opencode.EventServerConnected, Properties: json.RawMessage(`{}`)}, nil) {
+			return
+		}
+		pad := strings.Repeat("x", 1000)
+		for i := range s.n {
+			props := fmt.Sprintf(`{"sessionID":"ses_%d","pad":%q}`, i, pad)
+			if i == 0 {
+				props = "{\n  \"sessionID\": \"ses_0\",\n  \"pad\": \"" + pad + "\"\n}"
+			}
+			ev := opencode.Event{ID: fmt.Sprintf("evt_%d", i), Directory: "/p", Type: "x.burst", Properties: json.RawMessage(props)}
+			if s.ctx.Err() != nil || !yield(ev, nil) {
+				return
+			}
+		}
+		yield(opencode.Event{}, io.EOF)
+	}
+}
+
+func (burstStream) Close() error { return nil }
+
+// A burst far larger than what the server queues for a client reaches a client that starts
+// reading late whole and in order, each event as sent; properties with line breaks arrive
+// compacted, as one frame.
+func TestHTTPServerBurst(t *testing.T) {
+	const n = 2000 // about 2 MB
+	srv := opencodetest.NewHTTPServer(burstClient{n: n})
+	defer srv.Close()
+	st, err := srv.Client().Events(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	time.Sleep(50 * time.Millisecond) // let the server fill its queue and wait
+	i := -1
+	for ev, err := range st.All() {
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Errorf("stream ended with %v, want io.EOF", err)
+			}
+			break
+		}
+		if i == -1 {
+			i++
+			continue // server.connected
+		}
+		want := fmt.Sprintf(`{"sessionID":"ses_%d","pad":"%s"}`, i, strings.Repeat("x", 1000))
+		if ev.ID != fmt.Sprintf("evt_%d", i) || ev.Directory != "/p" || ev.Type != "x.burst" || string(ev.Properties) != want {
+			t.Fatalf("event %d = %+v", i, ev)
+		}
+		i++
+	}
+	if i != n {
+		t.Errorf("read %d events, want %d", i, n)
 	}
 }
