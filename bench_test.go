@@ -1,6 +1,7 @@
 package asyncagents_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -34,6 +35,16 @@ import (
 // JSON and no goroutines. BenchmarkFakeClientBurstP3 runs one configuration on the fake for
 // comparison.
 //
+// The first element of a case's name is its transport, how the Manager reaches leanServer:
+//
+//	transport=inproc  the Manager calls leanServer directly, as an opencode.Client
+//	transport=http    leanServer is served by opencodetest.HTTPServer on a loopback port and
+//	                  the Manager gets an opencode.HTTPClient from opencode.NewHTTPClient with
+//	                  no options, as a host builds it: every call is an HTTP request and the
+//	                  events come as Server-Sent Events (GET /global/event), as from
+//	                  `opencode serve`. Both processes' sides are in this process, so the CPU
+//	                  figures include the server's HTTP work as well as the client's.
+//
 // Each iteration is one whole scenario on a new Manager with the default options (the
 // default MemoryStore, wrapped to see when every task is done): create the parents; launch
 // the tasks from scaleLaunchers goroutines; wait until the Manager has read the launch
@@ -48,21 +59,25 @@ import (
 //	idle-done-p50/p99-ms  from the session.idle of a run (the status idle event that
 //	                      precedes it, as the server emits them) to Task.Completed
 //	idle-read-p50/p99-ms  from the same idle to the Manager's event loop reading it
-//	                      (leanServer only): how far the event loop lags
+//	                      (leanServer only; over http, reading it off the HTTP stream): how
+//	                      far the event loop lags
 //	by-poll-%             tasks whose messages were read before the event loop read their
 //	                      idle: decided by the status poll (leanServer only)
 //	idle-out-p50/p99-ms   from the same idle to the return of the blocked Output
 //	idle-note-p50-ms      from the same idle to the notification's Delivered time
 //	goroutines            the most goroutines alive during the launch and finish phases
 //	mgr-goroutines        the same, less the benchmark's own (launchers, Output waiters,
-//	                      the sampler) and those alive before New: the Manager's
+//	                      the sampler) and those alive before New: the Manager's (inproc
+//	                      only: over http the connections' goroutines, the Manager's
+//	                      transport's and the server's, cannot be told apart)
 //	heap-B/task           heap (after GC) that closing and dropping the Manager frees, per
 //	                      task, with every task completed and notified
 //	store-B/task          the same for the default MemoryStore
-//	req/task, X-req/task  requests to the opencode.Client per task, in all and per method
+//	req/task, X-req/task  the Manager's requests to its opencode.Client per task, in all and
+//	                      per method (over http, each is one HTTP request)
 //
-// The 10,000-task cases run only when the -bench pattern names them (it contains
-// "tasks=10000"); -bench . covers 100 and 1,000.
+// The 5,000- and 10,000-task cases run only when the -bench pattern names them (it contains
+// "tasks=5000" or "tasks=10000"); -bench . covers 100 and 1,000.
 
 const (
 	scaleLaunchers  = 4    // goroutines calling Launch
@@ -71,6 +86,7 @@ const (
 )
 
 type scaleCase struct {
+	http      bool // transport=http: the Manager reaches leanServer through opencodetest.HTTPServer
 	tasks     int
 	perParent int // tasks per parent; 0: all under one parent
 	burst     bool
@@ -78,7 +94,10 @@ type scaleCase struct {
 }
 
 func (c scaleCase) name() string {
-	parents, finish, output := "one", "spread", "none"
+	transport, parents, finish, output := "inproc", "one", "spread", "none"
+	if c.http {
+		transport = "http"
+	}
 	if c.perParent > 0 {
 		parents = strconv.Itoa(c.perParent)
 	}
@@ -88,7 +107,7 @@ func (c scaleCase) name() string {
 	if c.output {
 		output = "blocked"
 	}
-	return fmt.Sprintf("tasks=%d/parent=%s/finish=%s/output=%s", c.tasks, parents, finish, output)
+	return fmt.Sprintf("transport=%s/tasks=%d/parent=%s/finish=%s/output=%s", transport, c.tasks, parents, finish, output)
 }
 
 // benchPattern is the -bench pattern of this run.
@@ -100,20 +119,26 @@ func benchPattern() string {
 }
 
 // BenchmarkScaleP3P4 runs the scale scenarios described at the top of this file on
-// leanServer: 100, 1,000 and 10,000 tasks, under one parent or 10 per parent, finished in a
-// burst or spread, with or without a blocked Output per task.
+// leanServer, in process and over HTTP: 100, 1,000, 5,000 and 10,000 tasks, under one parent
+// or 10 per parent, finished in a burst or spread, with or without a blocked Output per task.
 func BenchmarkScaleP3P4(b *testing.B) {
-	for _, n := range []int{100, 1000, 10000} {
-		for _, per := range []int{0, 10} {
-			for _, burst := range []bool{true, false} {
-				for _, output := range []bool{false, true} {
-					c := scaleCase{tasks: n, perParent: per, burst: burst, output: output}
-					b.Run(c.name(), func(b *testing.B) {
-						if n >= 10000 && !strings.Contains(benchPattern(), "tasks=10000") {
-							b.Skip("select with -bench 'ScaleP3P4/tasks=10000'")
-						}
-						runScale(b, c, newLeanBackend)
-					})
+	for _, remote := range []bool{false, true} {
+		for _, n := range []int{100, 1000, 5000, 10000} {
+			for _, per := range []int{0, 10} {
+				for _, burst := range []bool{true, false} {
+					for _, output := range []bool{false, true} {
+						c := scaleCase{http: remote, tasks: n, perParent: per, burst: burst, output: output}
+						b.Run(c.name(), func(b *testing.B) {
+							if n >= 5000 && !strings.Contains(benchPattern(), "tasks="+strconv.Itoa(n)) {
+								b.Skip("select with -bench 'ScaleP3P4/transport=inproc/tasks=" + strconv.Itoa(n) + "'")
+							}
+							backend := newLeanBackend
+							if remote {
+								backend = newHTTPBackend
+							}
+							runScale(b, c, backend)
+						})
+					}
 				}
 			}
 		}
@@ -516,7 +541,8 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 	default:
 	}
 	r.launchCPU, r.maxG, r.maxMgrG = cpu1-cpu0, g, mg
-	r.fakeG = srv.goroutinesPerRun() > 0
+	_, remote := srv.(*httpBackend)
+	r.fakeG = srv.goroutinesPerRun() > 0 || remote
 
 	// Let the Manager read the launch events, and the fake's runs reach their hold.
 	for deadline := time.Now().Add(scaleDeadline); !srv.settled(); {
@@ -892,6 +918,71 @@ func (f fakeBackend) end(id string) time.Time {
 func (fakeBackend) settled() bool         { return true }
 func (fakeBackend) goroutinesPerRun() int { return 1 }
 
+// httpBackend is leanServer served over HTTP by opencodetest.HTTPServer. Its embedded
+// HTTPClient, made by opencode.NewHTTPClient with no options, is the Manager's client; the
+// benchmark ends runs on the leanServer directly. Its event streams mark when the Manager
+// reads each run's idle (leanServer's own streams are the server's then) and count the
+// events the Manager read, so that settled means the Manager has read every event sent.
+type httpBackend struct {
+	*opencode.HTTPClient
+	lean  *leanServer
+	front *opencodetest.HTTPServer
+	read  atomic.Int64 // events read from the Manager's streams, server.* ones left out
+}
+
+func newHTTPBackend() scaleBackend {
+	lean := newLeanBackend().(*leanServer)
+	lean.remote = true
+	front := opencodetest.NewHTTPServer(lean)
+	return &httpBackend{HTTPClient: front.Client(), lean: lean, front: front}
+}
+
+func (h *httpBackend) end(id string) time.Time { return h.lean.end(id) }
+func (*httpBackend) goroutinesPerRun() int     { return 0 }
+
+func (h *httpBackend) settled() bool {
+	return h.lean.settled() && h.read.Load() == h.lean.sent.Load()
+}
+
+func (h *httpBackend) phases(id string) (read, msgs time.Time) { return h.lean.phases(id) }
+
+func (h *httpBackend) Close() error {
+	h.front.Close()
+	return h.lean.Close()
+}
+
+func (h *httpBackend) Events(ctx context.Context) (opencode.EventStream, error) {
+	st, err := h.HTTPClient.Events(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &markingStream{EventStream: st, h: h}, nil
+}
+
+// markingStream is the Manager's event stream over HTTP, marking what it reads.
+type markingStream struct {
+	opencode.EventStream
+	h *httpBackend
+}
+
+var idleStatus = []byte(`"status":{"type":"idle"}`)
+
+func (m *markingStream) All() iter.Seq2[opencode.Event, error] {
+	return func(yield func(opencode.Event, error) bool) {
+		for ev, err := range m.EventStream.All() {
+			if err == nil && !strings.HasPrefix(ev.Type, "server.") {
+				if ev.Type == opencode.EventSessionStatus && bytes.Contains(ev.Properties, idleStatus) {
+					m.h.lean.markRead(ev.SessionID())
+				}
+				m.h.read.Add(1)
+			}
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
+}
+
 // leanServer is an in-memory OpenCode for the scale benchmarks: sessions with ids of
 // OpenCode's shape (newest first), messages, prompts and the events of the real server for a
 // run answered with one text step, as opencodetest.FakeClient sends them (types, order,
@@ -902,6 +993,10 @@ func (fakeBackend) goroutinesPerRun() int { return 1 }
 // events are sent in order. It starts no goroutines and is safe for concurrent use.
 type leanServer struct {
 	closed atomic.Bool
+	// remote: the streams are an HTTPServer's, not the Manager's. The Manager's reads are
+	// marked by httpBackend, and sent counts the events sent, for settled.
+	remote bool
+	sent   atomic.Int64
 
 	idMu    sync.Mutex
 	ms, ctr int64 // OpenCode's id clock: milliseconds and a counter within one
@@ -920,7 +1015,8 @@ type leanSession struct {
 	run  int // index of the running assistant message, or -1
 
 	// Of the last run's end: when the idle was sent, read from the stream (nanoseconds
-	// since leanEpoch), and when the messages were first read after it.
+	// since leanEpoch), and when the messages were first read after it (by Messages, or by
+	// the first page of MessagesBefore, which HTTP does not tell apart from Messages).
 	idleAt time.Time
 	readAt atomic.Int64
 	msgsAt time.Time
@@ -1067,6 +1163,9 @@ func (s *leanServer) MessagesBefore(_ context.Context, id string, limit int, bef
 		return nil, "", err
 	}
 	defer ss.mu.Unlock()
+	if before == "" && !ss.idleAt.IsZero() && ss.msgsAt.IsZero() {
+		ss.msgsAt = time.Now()
+	}
 	end := len(ss.msgs)
 	if before != "" {
 		end = slices.IndexFunc(ss.msgs, func(m opencode.Message) bool { return m.Info.ID == before })
@@ -1273,8 +1372,14 @@ func (s *leanServer) emit(typ string, props []byte) { s.emitMarked(typ, props, n
 // emitMarked sends an event to every stream; when mark is set, the stream records in it when
 // the event was read.
 func (s *leanServer) emitMarked(typ string, props []byte, mark *leanSession) {
+	if s.remote {
+		mark = nil // httpBackend marks the Manager's read
+	}
 	ev := leanEvent{Event: opencode.Event{Directory: leanDir, Type: typ, Properties: props}, mark: mark}
 	s.mu.RLock()
+	if s.remote {
+		s.sent.Add(int64(len(s.streams)))
+	}
 	for _, st := range s.streams {
 		st.push(ev)
 	}
@@ -1284,6 +1389,17 @@ func (s *leanServer) emitMarked(typ string, props []byte, mark *leanSession) {
 type leanEvent struct {
 	opencode.Event
 	mark *leanSession
+}
+
+// markRead records that the idle of a session's last run was read now, as leanStream does
+// for a marked event.
+func (s *leanServer) markRead(id string) {
+	s.mu.RLock()
+	ss := s.sessions[id]
+	s.mu.RUnlock()
+	if ss != nil {
+		ss.readAt.Store(int64(time.Since(leanEpoch)))
+	}
 }
 
 // phases returns, for the last run's end of a session, when the idle was read from the

@@ -1,6 +1,7 @@
 package opencode
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,18 +249,95 @@ func decodeFrame(data []byte) (ev Event, skip bool, err error) {
 	if len(data) == 0 {
 		return Event{}, true, nil
 	}
+	ev, ok := scanFrame(data)
+	if !ok {
+		if ev, err = decodeFrameJSON(data); err != nil {
+			return Event{}, false, err
+		}
+	}
+	return ev, ev.Type == "" || ev.Type == "sync", nil
+}
+
+// decodeFrameJSON decodes a frame of any shape with encoding/json.
+func decodeFrameJSON(data []byte) (Event, error) {
 	var f struct {
 		Directory string `json:"directory"`
 		Payload   *Event `json:"payload"`
 		Event
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
-		return Event{}, false, fmt.Errorf("opencode: event frame: %w", err)
+		return Event{}, fmt.Errorf("opencode: event frame: %w", err)
 	}
-	ev = f.Event
+	ev := f.Event
 	if f.Payload != nil {
 		ev = *f.Payload
 	}
 	ev.Directory = f.Directory
-	return ev, ev.Type == "" || ev.Type == "sync", nil
+	return ev, nil
+}
+
+// scanFrame reads a /global/event frame in the shape OpenCode 1.18.33 writes it,
+// {"directory":…,"project":…,"payload":{"id":…,"type":…,"properties":…}} ("project" and "id"
+// optional), without encoding/json's reflection: the event loop reads every frame of the
+// server, and a decode was most of its cost. The frame is still validated whole (the
+// properties with [json.Valid]); ok is false for any other shape or for strings with escapes
+// or non-ASCII bytes, which decodeFrame then decodes.
+func scanFrame(data []byte) (ev Event, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"directory":`))
+	if !ok {
+		return Event{}, false
+	}
+	var dir []byte
+	if dir, rest, ok = scanString(rest); !ok {
+		return Event{}, false
+	}
+	if r, found := bytes.CutPrefix(rest, []byte(`,"project":`)); found {
+		if _, rest, ok = scanString(r); !ok {
+			return Event{}, false
+		}
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"payload":{`)); !ok {
+		return Event{}, false
+	}
+	var id []byte
+	if r, found := bytes.CutPrefix(rest, []byte(`"id":`)); found {
+		if id, r, ok = scanString(r); !ok {
+			return Event{}, false
+		}
+		if rest, ok = bytes.CutPrefix(r, []byte(`,`)); !ok {
+			return Event{}, false
+		}
+	}
+	var typ []byte
+	if rest, ok = bytes.CutPrefix(rest, []byte(`"type":`)); !ok {
+		return Event{}, false
+	}
+	if typ, rest, ok = scanString(rest); !ok {
+		return Event{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"properties":`)); !ok {
+		return Event{}, false
+	}
+	props, ok := bytes.CutSuffix(rest, []byte(`}}`))
+	if !ok || !json.Valid(props) {
+		return Event{}, false
+	}
+	return Event{ID: string(id), Directory: string(dir), Type: string(typ), Properties: props[:len(props):len(props)]}, true
+}
+
+// scanString reads a JSON string at the start of b that has no escapes, control characters
+// or non-ASCII bytes, and returns its contents and what follows it.
+func scanString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c == '\\' || c < ' ' || c >= 0x80:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
 }

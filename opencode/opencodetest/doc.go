@@ -1,7 +1,10 @@
 // Package opencodetest is test support for code that uses OpenCode through
 // [opencode.Client]: a real `opencode serve` process ([Server]) driven by a scripted
 // OpenAI-compatible model ([Model]), an in-memory OpenCode ([FakeClient]) scripted the same
-// way, and a conformance check ([TestClient]) that holds both to the same behaviour.
+// way, and a conformance check ([TestClient]) that holds both to the same behaviour. An
+// [HTTPServer] serves any Client, the fake included, over OpenCode's HTTP API, so that code
+// can be tested through [opencode.HTTPClient] as hosts use it; a [Proxy] stands between a
+// client and a server and injects network faults.
 //
 // No language model is reachable in the test environment, so the model is scripted: queued
 // replies, a [ScriptFunc], or directives in the prompt text (RUN:, TOOL:, QUOTE:, SLEEP:,
@@ -19,7 +22,8 @@
 // outside them. Server.Close stops the whole process group by its id (the process, on
 // Windows).
 //
-// Model, Server and FakeClient are safe for concurrent use. A Server owns the goroutine that
-// waits for its process; a FakeClient owns the goroutines that run its sessions' agent loops.
-// Close ends them.
+// Model, Server, FakeClient, HTTPServer and Proxy are safe for concurrent use. A Server owns
+// the goroutine that waits for its process; a FakeClient owns the goroutines that run its
+// sessions' agent loops; an HTTPServer and a Proxy own the goroutines that serve their
+// connections and relay their event streams. Close ends them.
 package opencodetest
