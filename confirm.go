@@ -105,19 +105,25 @@ func (m *Manager) confirmPosted(ev opencode.Event) {
 	if sid := eventSession(ev); sid == nil || !c.waitsIn(sid) {
 		return
 	}
-	id := string(opencode.LeadingInfoID(ev.Properties))
-	if id == "" {
-		var p struct {
-			Info struct {
-				ID string `json:"id"`
-			} `json:"info"`
-		}
-		if json.Unmarshal(ev.Properties, &p) != nil {
-			return
-		}
-		id = p.Info.ID
+	if id := messageID(ev); id != "" {
+		c.remove(id)
 	}
-	c.remove(id)
+}
+
+// messageID returns the id of the message of a message.updated event, "" when it has none.
+func messageID(ev opencode.Event) string {
+	if id := opencode.LeadingInfoID(ev.Properties); id != nil {
+		return string(id)
+	}
+	var p struct {
+		Info struct {
+			ID string `json:"id"`
+		} `json:"info"`
+	}
+	if json.Unmarshal(ev.Properties, &p) != nil {
+		return ""
+	}
+	return p.Info.ID
 }
 
 // checkPosted reads the messages of notifications posted lossGrace ago or earlier that the

@@ -35,6 +35,7 @@ type notifier struct {
 	retryAt  time.Time          // the earliest retry of a parent waiting after a failure; zero: none
 	wake     chan struct{}
 	confirms confirmations
+	heads    heads // the parents' newest message ids (heads.go)
 }
 
 // outbox holds one parent's pending notifications, oldest first.
@@ -145,6 +146,7 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 		case len(ob.queue) == 0:
 			ob.inFlight = false
 			delete(m.notes.outboxes, parent)
+			m.notes.heads.forget(parent)
 		case ob.next.After(m.now()):
 			ob.inFlight = false
 			retry = ob.next
@@ -288,15 +290,12 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 			return false, err // NotFound here: the parent is gone
 		}
 	}
-	last, err := m.client.Messages(ctx, parent, 1)
+	after, err := m.newestBefore(ctx, parent)
 	if err != nil {
 		return false, err
 	}
-	after := ""
-	if len(last) > 0 {
-		after = last[0].Info.ID
-	}
 	id := opencode.NewMessageID(m.now(), after)
+	m.notes.heads.raise(parent, id, 0)
 	// Record the id before posting: if the answer is lost, or the host stops, the next
 	// attempt finds the message by it.
 	m.mu.Lock()

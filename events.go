@@ -173,6 +173,9 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev)
 		}
+		if m.notes.heads.n.Load() > 0 {
+			m.headEvent(ev, epoch)
+		}
 	case opencode.EventMessageRemoved, opencode.EventMessagePartRemoved:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.broken, l.frames = true, nil

@@ -1,0 +1,141 @@
+package asyncagents
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asyncagents/asyncagents/opencode"
+)
+
+// A notification's message id must sort after every message of its parent session, or
+// OpenCode takes it for answered and the parent takes no turn for it (see NewMessageID). The
+// Manager reads the parent's newest message (GET /session/{id}/message?limit=1) before the
+// first notification of a wave only: the read is made while a connection of the event stream
+// delivers events, and from then on that connection delivers every later message of the
+// parent (its message.updated events), and the Manager knows the ids it posts itself. So the
+// newest id stays known without a read until the connection changes or the parent's
+// notifications are all delivered. A message the server creates in the parent while its
+// event is on its way is as unknown to the Manager as one created between a read and a post.
+
+// heads are the newest message ids known of the parents whose notifications are being
+// delivered. The event reader looks only while some parent is tracked (n > 0). Guarded by
+// mu, not Manager.mu.
+type heads struct {
+	mu sync.Mutex
+	by map[string]head
+	n  atomic.Int64
+}
+
+// head is what is known of one parent's messages: the newest id seen on connection epoch,
+// complete once a read made on that connection has answered (read).
+type head struct {
+	id    string
+	epoch uint64
+	read  bool
+}
+
+// known returns the newest message id of parent when it is known on connection live.
+func (h *heads) known(parent string, live uint64) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd, ok := h.by[parent]
+	return hd.id, ok && hd.read && live != 0 && hd.epoch == live
+}
+
+// track starts following parent on connection live, before a read of its newest message:
+// the events that arrive during the read are kept. It reports whether it follows (a
+// connection delivers events).
+func (h *heads) track(parent string, live uint64) bool {
+	if live == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[string]head{}
+	}
+	if hd, ok := h.by[parent]; !ok || hd.epoch != live {
+		h.by[parent] = head{epoch: live}
+	}
+	h.n.Store(int64(len(h.by)))
+	return true
+}
+
+// read records the answer of a read of parent's newest message (id, "" for none) started
+// on connection live after track.
+func (h *heads) read(parent, id string, live uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hd, ok := h.by[parent]; ok && hd.epoch == live {
+		hd.id, hd.read = max(hd.id, id), true
+		h.by[parent] = hd
+	}
+}
+
+// raise records message id of parent: seen on connection epoch, or posted by the Manager
+// (epoch 0). An event of another connection than the one followed forgets the parent.
+func (h *heads) raise(parent, id string, epoch uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd, ok := h.by[parent]
+	switch {
+	case !ok:
+	case epoch != 0 && epoch != hd.epoch:
+		delete(h.by, parent)
+		h.n.Store(int64(len(h.by)))
+	default:
+		hd.id = max(hd.id, id)
+		h.by[parent] = hd
+	}
+}
+
+// forget stops following parent.
+func (h *heads) forget(parent string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.by, parent)
+	h.n.Store(int64(len(h.by)))
+}
+
+// headEvent takes a message.updated event of connection epoch: a followed parent's message
+// raises its head. Only the events of followed parents are read further than their session
+// id.
+func (m *Manager) headEvent(ev opencode.Event, epoch uint64) {
+	sid := eventSession(ev)
+	if sid == nil {
+		return
+	}
+	h := &m.notes.heads
+	h.mu.Lock()
+	_, ok := h.by[string(sid)]
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	if id := messageID(ev); id != "" {
+		h.raise(string(sid), id, epoch)
+	}
+}
+
+// newestBefore returns the id a notification to parent must sort after: the parent's newest
+// message, known (see above) or read.
+func (m *Manager) newestBefore(ctx context.Context, parent string) (string, error) {
+	live := m.mirrors.live.Load()
+	if id, ok := m.notes.heads.known(parent, live); ok {
+		return id, nil
+	}
+	tracked := m.notes.heads.track(parent, live)
+	last, err := m.client.Messages(ctx, parent, 1)
+	if err != nil {
+		return "", err
+	}
+	after := ""
+	if len(last) > 0 {
+		after = last[0].Info.ID
+	}
+	if tracked {
+		m.notes.heads.read(parent, after, live)
+	}
+	return after, nil
+}
