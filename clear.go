@@ -119,6 +119,7 @@ func (m *Manager) removeLocked(e *entry) []*entry {
 		}
 		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
 	}
+	m.waveOverLocked(e.task.ParentSessionID)
 	select {
 	case <-e.done:
 	default:

@@ -146,7 +146,7 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 		case len(ob.queue) == 0:
 			ob.inFlight = false
 			delete(m.notes.outboxes, parent)
-			m.notes.heads.forget(parent)
+			m.waveOverLocked(parent)
 		case ob.next.After(m.now()):
 			ob.inFlight = false
 			retry = ob.next

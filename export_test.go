@@ -19,3 +19,6 @@ func SetLossGrace(m *Manager, d time.Duration) {
 	defer m.mu.Unlock()
 	m.lossGrace = d
 }
+
+// FollowedParents returns how many parent sessions m follows the newest message id of.
+func FollowedParents(m *Manager) int64 { return m.notes.heads.n.Load() }

@@ -66,6 +66,7 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) boo
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}
+	m.waveOverLocked(e.task.ParentSessionID)
 	m.endWaitsLocked(e)
 	close(e.done)
 	start := m.releaseLocked(e)

@@ -14,8 +14,8 @@ import (
 // first notification of a wave only: the read is made while a connection of the event stream
 // delivers events, and from then on that connection delivers every later message of the
 // parent (its message.updated events), and the Manager knows the ids it posts itself. So the
-// newest id stays known without a read until the connection changes or the parent's
-// notifications are all delivered. A message the server creates in the parent while its
+// newest id stays known without a read until the connection changes, or until the parent has
+// no active task and its notifications are all delivered (the wave is over). A message the server creates in the parent while its
 // event is on its way is as unknown to the Manager as one created between a read and a post.
 
 // heads are the newest message ids known of the parents whose notifications are being
@@ -96,6 +96,14 @@ func (h *heads) forget(parent string) {
 	defer h.mu.Unlock()
 	delete(h.by, parent)
 	h.n.Store(int64(len(h.by)))
+}
+
+// waveOverLocked stops following parent's newest message id when the wave is over: the
+// parent has no active task (no run end to come) and no notification to deliver.
+func (m *Manager) waveOverLocked(parent string) {
+	if _, open := m.open[parent]; !open && m.notes.outboxes[parent] == nil {
+		m.notes.heads.forget(parent)
+	}
 }
 
 // headEvent takes a message.updated event of connection epoch: a followed parent's message

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -227,5 +228,59 @@ func TestNotificationSurvivesClose(t *testing.T) {
 	})
 	if got = notifications(t, f, parent.SessionID); len(got) != 1 || !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "finished") }) {
 		t.Fatalf("parent notifications: %q", got)
+	}
+}
+
+// N-3: a parent's newest message is read once per wave of notifications, not once per
+// notification: the others take their ids from the event stream and from the ids the Manager
+// posted, in increasing order. After the stream reconnects, the next wave reads it again;
+// once the parent has no active task and nothing to deliver, it is no longer followed.
+func TestNotificationWaveReadsParentOnce(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &readsClient{Client: f}
+	m, caller := streamManager(t, c)
+	wave := func(n int) []string {
+		t.Helper()
+		ids := make([]string, n)
+		for i := range n {
+			ids[i] = launch(t, m, caller, "held "+strconv.Itoa(i)).ID
+			waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+		}
+		for _, id := range ids {
+			if err := f.Release(id, opencodetest.Text("done")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var posted []string
+		waitFor(t, 10*time.Second, func() bool {
+			posted = posted[:0]
+			for _, id := range ids {
+				task, err := m.Get(id)
+				if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
+					return false
+				}
+				posted = append(posted, task.Notifications[0].MessageID)
+			}
+			return true
+		})
+		return posted
+	}
+	posted := wave(5)
+	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
+		t.Errorf("reads of the parent in a wave of 5: %v, want one [1]", reads)
+	}
+	slices.Sort(posted)
+	if len(slices.Compact(posted)) != 5 {
+		t.Errorf("notification ids %v: want 5 distinct", posted)
+	}
+	if n := asyncagents.FollowedParents(m); n != 0 {
+		t.Errorf("%d parents followed after the wave", n)
+	}
+
+	f.DropEvents()
+	waitFor(t, 10*time.Second, func() bool { return f.Streams() == 1 })
+	wave(2)
+	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1, 1}) {
+		t.Errorf("reads of the parent after a second wave on a new connection: %v, want [1 1]", reads)
 	}
 }
