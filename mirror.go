@@ -172,20 +172,58 @@ func (l *runLog) snapshot(epoch uint64) []logFrame {
 
 // replay returns the run's messages as a read would return what Decide reads, from the frames
 // the stream carried of a run after baseline, when they hold its complete reply; nil otherwise.
+//
+// Only the last frame of a message or of a text or reasoning part is decoded: a later frame of
+// the same message or part replaces what an earlier one said. An earlier frame of a message
+// still places it (its id and whether it is a user message are read in place); one of a part
+// is skipped (the part's last frame places it).
 func replay(frames []logFrame, baseline string) []opencode.Message {
 	r := &runMirror{baseline: baseline}
-	for _, f := range frames {
+	later := superseded(frames)
+	for i, f := range frames {
 		switch {
 		case f.tool != nil:
 			r.part(f.tool, true)
+		case f.msg && later[i]:
+			r.placed(f.props)
 		case f.msg:
 			r.message(f.props)
+		case later[i]:
 		default:
 			p, ok := decodePart(f.props)
 			r.part(&p, ok)
 		}
 	}
 	return r.reply()
+}
+
+// superseded reports, for each frame, whether a later frame of frames is of the same message
+// (message.updated) or the same part (text and reasoning updates), found by the ids OpenCode
+// writes first; a frame of another shape is never superseded.
+func superseded(frames []logFrame) []bool {
+	later := make([]bool, len(frames))
+	seen := make(map[string]struct{}, 8)
+	for i := len(frames) - 1; i >= 0; i-- {
+		f := &frames[i]
+		var id []byte
+		switch {
+		case f.tool != nil:
+			continue
+		case f.msg:
+			id = opencode.LeadingInfoID(f.props)
+		default:
+			id = opencode.LeadingPartID(f.props)
+		}
+		if id == nil {
+			continue
+		}
+		if _, ok := seen[string(id)]; ok {
+			later[i] = true
+		} else {
+			seen[string(id)] = struct{}{}
+		}
+	}
+	return later
 }
 
 // mirrorOf returns the log of the current run of the task session sid, or nil. It does not
@@ -256,16 +294,44 @@ func (r *runMirror) message(props []byte) {
 		return
 	}
 	info := &ev.Info
-	if info.ID <= r.baseline {
+	if in := r.place(info.ID, info.Role == opencode.RoleUser); in != nil {
+		in.Role, in.ParentID, in.Finish, in.Time.Completed, in.Error = info.Role, info.ParentID, info.Finish, info.Time.Completed, info.Error
+	}
+}
+
+// userRole is how a message.updated event of OpenCode says a user message's role: a key and
+// value that cannot occur inside a JSON string, where quotes are escaped.
+var userRole = []byte(`"role":"user"`)
+
+// placed applies a message.updated event that a later frame of the same message supersedes:
+// it places the message, with its role, and nothing else. props start with the message id
+// (opencode.LeadingInfoID).
+func (r *runMirror) placed(props []byte) {
+	if !r.following() {
 		return
 	}
-	i, found := slices.BinarySearchFunc(r.msgs, info.ID, func(m opencode.Message, id string) int { return strings.Compare(m.Info.ID, id) })
-	user := info.Role == opencode.RoleUser
+	user := bytes.Contains(props, userRole)
+	if in := r.place(string(opencode.LeadingInfoID(props)), user); in != nil && in.Role == "" {
+		in.Role = opencode.RoleAssistant
+		if user {
+			in.Role = opencode.RoleUser
+		}
+	}
+}
+
+// place finds message id among the mirrored messages or adds it, and returns its info to
+// update; nil when the mirror does not keep it (a message of an earlier run, an older
+// assistant message) or gave up.
+func (r *runMirror) place(id string, user bool) *opencode.MessageInfo {
+	if id <= r.baseline {
+		return nil
+	}
+	i, found := slices.BinarySearchFunc(r.msgs, id, func(m opencode.Message, id string) int { return strings.Compare(m.Info.ID, id) })
 	switch {
 	case found:
 	case i < len(r.msgs): // older than the newest: Decide reads no such assistant message
 		if !user {
-			return
+			return nil
 		}
 	default: // the newest: an assistant message before it is no longer needed
 		if n := len(r.msgs); n > 0 && r.msgs[n-1].Info.Role != opencode.RoleUser {
@@ -277,12 +343,11 @@ func (r *runMirror) message(props []byte) {
 	if !found {
 		if len(r.msgs) == maxMirrored {
 			r.removed()
-			return
+			return nil
 		}
-		r.msgs = slices.Insert(r.msgs, i, opencode.Message{Info: opencode.MessageInfo{ID: info.ID}})
+		r.msgs = slices.Insert(r.msgs, i, opencode.Message{Info: opencode.MessageInfo{ID: id}})
 	}
-	in := &r.msgs[i].Info
-	in.Role, in.ParentID, in.Finish, in.Time.Completed, in.Error = info.Role, info.ParentID, info.Finish, info.Time.Completed, info.Error
+	return &r.msgs[i].Info
 }
 
 // partEvent is what the Manager reads of a message.part.updated event's part: what progress

@@ -3,6 +3,7 @@ package asyncagents
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/asyncagents/asyncagents/manager"
@@ -178,5 +179,29 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 	r.apply(msgEvent("msg_999", "assistant", completed+`,"finish":"stop"`))
 	if r.reply() != nil || len(r.msgs) > 1 {
 		t.Errorf("a mirror of %d messages kept %d and decided", maxMirrored+2, len(r.msgs))
+	}
+}
+
+// T-6: replay decodes only the last frame of each message and part, and decides as applying
+// every frame does: on the whole two-step run, on each of its prefixes, and with any one
+// frame missing.
+func TestReplayDecodesLastFramesT6(t *testing.T) {
+	run := twoSteps()
+	var runs [][]opencode.Event
+	for i := range run {
+		runs = append(runs, run[:i+1])
+		runs = append(runs, append(append([]opencode.Event{}, run[:i]...), run[i+1:]...))
+	}
+	for k, evs := range runs {
+		frames := make([]logFrame, len(evs))
+		for i, ev := range evs {
+			frames[i] = logFrame{props: ev.Properties, msg: ev.Type == opencode.EventMessageUpdated}
+		}
+		r := &runMirror{}
+		r.apply(evs...)
+		want, got := r.reply(), replay(frames, "")
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("run %d (%d frames): replay = %+v, applying every frame = %+v", k, len(evs), got, want)
+		}
 	}
 }

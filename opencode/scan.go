@@ -23,12 +23,19 @@ func LeadingSessionID(props []byte) []byte {
 // LeadingInfoID returns the message id of a message.updated event when OpenCode writes it
 // right after the session id ({"sessionID":"ses_…","info":{"id":"msg_…",…}), without a copy;
 // nil for any other shape (OpenCode writes some with the role first: then decode).
-func LeadingInfoID(props []byte) []byte {
+func LeadingInfoID(props []byte) []byte { return leadingID(props, `","info":{"id":"`) }
+
+// LeadingPartID returns the part id of a message.part.updated event when OpenCode writes it
+// right after the session id ({"sessionID":"ses_…","part":{"id":"prt_…",…}), without a copy;
+// nil for any other shape (OpenCode writes a prompt's parts with the type first: then decode).
+func LeadingPartID(props []byte) []byte { return leadingID(props, `","part":{"id":"`) }
+
+// leadingID returns the id that follows the leading session id and then mid.
+func leadingID(props []byte, mid string) []byte {
 	sid := LeadingSessionID(props)
 	if sid == nil {
 		return nil
 	}
-	const mid = `","info":{"id":"`
 	rest, ok := bytes.CutPrefix(props[len(`{"sessionID":"`)+len(sid):], []byte(mid))
 	if !ok {
 		return nil

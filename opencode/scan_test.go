@@ -74,3 +74,18 @@ func TestLeadingInfoID(t *testing.T) {
 		}
 	}
 }
+
+// A message.part.updated event's part id is read in place when OpenCode writes it right
+// after the session id; any other shape is left to a decode.
+func TestLeadingPartID(t *testing.T) {
+	for props, want := range map[string]string{
+		`{"sessionID":"ses_1","part":{"id":"prt_1","messageID":"msg_1"}}`: "prt_1",
+		`{"sessionID":"ses_1","part":{"type":"text","id":"prt_1"}}`:       "",
+		`{"sessionID":"ses_1","info":{"id":"msg_1"}}`:                     "",
+		`{"sessionID":"ses_1","part":{"id":"prt_\u0031"}}`:                "",
+	} {
+		if got := string(opencode.LeadingPartID([]byte(props))); got != want {
+			t.Errorf("LeadingPartID(%s) = %q, want %q", props, got, want)
+		}
+	}
+}
