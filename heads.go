@@ -8,10 +8,12 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
-// A notification's message id must sort after every message of its parent session, or
-// OpenCode takes it for answered and the parent takes no turn for it (see NewMessageID). The
-// Manager reads the parent's newest message (GET /session/{id}/message?limit=1) before the
-// first notification of a wave only: the read is made while a connection of the event stream
+// A notification's message id is chosen newer than every message of its parent session:
+// OpenCode 1.18.33 orders messages by the time it created them and by id only within one
+// millisecond, where an older id would list the notification before a reply written in the
+// same millisecond (older servers ordered by id alone; see NewMessageID). The Manager reads
+// the parent's newest message (GET /session/{id}/message?limit=1) before the first
+// notification of a wave only: the read is made while a connection of the event stream
 // delivers events, and from then on that connection delivers every later message of the
 // parent (its message.updated events), and the Manager knows the ids it posts itself. So the
 // newest id stays known without a read until the connection changes, or until the parent has

@@ -8,13 +8,13 @@ import (
 
 // NewMessageID returns a message id in OpenCode's form — "msg_", 12 hex digits of
 // milliseconds·4096 plus a counter (its low 48 bits, as OpenCode writes it), 14 base62
-// characters — for the time now, and newer than
-// after (an id of the same form, "" for none), so that a message created with it
-// ([PromptRequest.MessageID]) sorts after the session's messages even when the server's
-// clock is ahead. Its counter is 0 (unless after forces more): OpenCode's counter starts at 1
-// in every millisecond, so the replies the server writes to such a message, even in the same
-// millisecond, sort after it, as OpenCode's agent loop requires (it takes a user message
-// that sorts after the last reply for one still to answer).
+// characters — for the time now, and newer than after (an id of the same form, "" for none).
+// OpenCode 1.18.33 orders a session's messages, in its listings and in its agent loop, by the
+// time the server created them, then by id: the id of a message created with it
+// ([PromptRequest.MessageID]) places it only among messages created in the same millisecond,
+// and newer than after it sorts after them (older servers ordered by id alone). Its counter
+// is 0 (unless after forces more): OpenCode's counter starts at 1 in every millisecond, so the
+// replies the server writes to such a message, even in the same millisecond, sort after it.
 func NewMessageID(now time.Time, after string) string {
 	r := rand.Uint64()     // math/rand/v2's generator: unpredictable enough for an id, and no system call
 	const mask = 1<<48 - 1 // OpenCode keeps the low 48 bits; compare what is written

@@ -301,9 +301,11 @@ type PromptRequest struct {
 	System  string          `json:"system,omitempty"`
 	NoReply bool            `json:"noReply,omitempty"`
 	// MessageID, when set, is the id of the user message the prompt creates ("msg_…";
-	// anything else is HTTP 400). OpenCode orders a session's messages by id, so it must be
-	// newer than the session's last message. An id the session already has adds the parts to
-	// that message and starts no reply.
+	// anything else is HTTP 400). OpenCode 1.18.33 orders a session's messages by the time
+	// the server created them, then by id, so the id places the message only among those
+	// created in the same millisecond: choose it newer than the session's last message
+	// ([NewMessageID]). An id the session already has adds the parts to that message and
+	// starts no reply.
 	MessageID string `json:"messageID,omitempty"`
 }
 
