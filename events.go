@@ -39,7 +39,6 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 		stream.Close()
 		err = errors.New("asyncagents: the event stream did not open in time")
 	}
-	m.firstTryOver()
 	if err != nil {
 		if m.ctx.Err() == nil {
 			m.cfg.logger.Warn("asyncagents: subscribe to events", "err", err)
@@ -51,6 +50,7 @@ func (m *Manager) subscribe(b *backoff.ExponentialBackOff, q *eventQueue) {
 	epoch := m.mirrors.epoch.Add(1)
 	defer m.mirrors.live.Store(0)
 	m.enqueueActive()
+	m.firstTryOver()            // after the active tasks were queued: a launch waiting for it is not among them
 	m.catchUpPermissions(false) // requests asked while no stream was open
 	for ev, err := range stream.All() {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -16,9 +17,15 @@ import (
 // notification of a wave only: the read is made while a connection of the event stream
 // delivers events, and from then on that connection delivers every later message of the
 // parent (its message.updated events), and the Manager knows the ids it posts itself. So the
-// newest id stays known without a read until the connection changes, or until the parent has
-// no active task and its notifications are all delivered (the wave is over). A message the server creates in the parent while its
-// event is on its way is as unknown to the Manager as one created between a read and a post.
+// newest id stays known without a read until the connection changes, until the parent has
+// no active task and its notifications are all delivered (the wave is over), or for headTTL
+// after the read: a message the server creates in the parent while its event is on its way is
+// as unknown to the Manager as one created between a read and a post, and the way is longer
+// while the stream has a backlog.
+
+// headTTL is how long after a read of a parent's newest message the parent's head is known
+// without another.
+const headTTL = time.Second
 
 // heads are the newest message ids known of the parents whose notifications are being
 // delivered. The event reader looks only while some parent is tracked (n > 0). Guarded by
@@ -30,19 +37,19 @@ type heads struct {
 }
 
 // head is what is known of one parent's messages: the newest id seen on connection epoch,
-// complete once a read made on that connection has answered (read).
+// complete once a read made on that connection has answered (at, the time it was made).
 type head struct {
 	id    string
 	epoch uint64
-	read  bool
+	at    time.Time
 }
 
-// known returns the newest message id of parent when it is known on connection live.
-func (h *heads) known(parent string, live uint64) (string, bool) {
+// known returns the newest message id of parent when it is known on connection live at now.
+func (h *heads) known(parent string, live uint64, now time.Time) (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hd, ok := h.by[parent]
-	return hd.id, ok && hd.read && live != 0 && hd.epoch == live
+	return hd.id, ok && !hd.at.IsZero() && now.Sub(hd.at) < headTTL && live != 0 && hd.epoch == live
 }
 
 // track starts following parent on connection live, before a read of its newest message:
@@ -59,18 +66,21 @@ func (h *heads) track(parent string, live uint64) bool {
 	}
 	if hd, ok := h.by[parent]; !ok || hd.epoch != live {
 		h.by[parent] = head{epoch: live}
+	} else {
+		hd.at = time.Time{} // read again
+		h.by[parent] = hd
 	}
 	h.n.Store(int64(len(h.by)))
 	return true
 }
 
-// read records the answer of a read of parent's newest message (id, "" for none) started
+// read records the answer of a read of parent's newest message (id, "" for none) started at
 // on connection live after track.
-func (h *heads) read(parent, id string, live uint64) {
+func (h *heads) read(parent, id string, live uint64, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if hd, ok := h.by[parent]; ok && hd.epoch == live {
-		hd.id, hd.read = max(hd.id, id), true
+		hd.id, hd.at = max(hd.id, id), at
 		h.by[parent] = hd
 	}
 }
@@ -131,8 +141,8 @@ func (m *Manager) headEvent(ev opencode.Event, epoch uint64) {
 // newestBefore returns the id a notification to parent must sort after: the parent's newest
 // message, known (see above) or read.
 func (m *Manager) newestBefore(ctx context.Context, parent string) (string, error) {
-	live := m.mirrors.live.Load()
-	if id, ok := m.notes.heads.known(parent, live); ok {
+	live, now := m.mirrors.live.Load(), m.now()
+	if id, ok := m.notes.heads.known(parent, live, now); ok {
 		return id, nil
 	}
 	tracked := m.notes.heads.track(parent, live)
@@ -145,7 +155,7 @@ func (m *Manager) newestBefore(ctx context.Context, parent string) (string, erro
 		after = last[0].Info.ID
 	}
 	if tracked {
-		m.notes.heads.read(parent, after, live)
+		m.notes.heads.read(parent, after, live, now)
 	}
 	return after, nil
 }

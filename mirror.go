@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -33,7 +34,7 @@ import (
 //   - any event delivered before the prompt was sent (Manager.live: OpenCode sends
 //     server.connected before the subscription is live, so a connection counts from the first
 //     other event it delivers), which binds the run's log to the connection when the log is
-//     created or when the prompt is sent;
+//     created or when the prompt is first sent;
 //   - the session.created of the task's own session, published while the Manager's
 //     POST /session was answered, before the prompt was sent: it binds the log of a launch
 //     to the connection that delivers it, however late, so that runs launched right after
@@ -61,14 +62,24 @@ type mirrors struct {
 // firstTryOver closes tried, once.
 func (m *Manager) firstTryOver() { m.mirrors.triedOnce.Do(func() { close(m.mirrors.tried) }) }
 
-// awaitStream waits until the event stream's first connection attempt is over (it is bounded
-// by the quick request timeout), until ctx is done or until the Manager closes. A launch
-// waits for it before it creates the task's session: a task launched right after New then has
-// its session created while the stream is open, and the stream delivers its session.created,
-// which binds its run to the stream. Later launches do not wait.
+// awaitStream waits until the event stream's first connection attempt is over, at most the
+// quick request timeout (which also bounds the attempt's handshake), until ctx is done or until
+// the Manager closes. A launch waits for it before it creates the task's session: a task
+// launched right after New then has its session created while the stream is open, and the
+// stream usually delivers its session.created, which binds its run to the stream (OpenCode
+// may subscribe a moment after it answers: a session created then is not delivered, and its
+// run is read). Later launches do not wait.
 func (m *Manager) awaitStream(ctx context.Context) {
 	select {
 	case <-m.mirrors.tried:
+		return
+	default:
+	}
+	t := time.NewTimer(m.quickTimeout())
+	defer t.Stop()
+	select {
+	case <-m.mirrors.tried:
+	case <-t.C:
 	case <-ctx.Done():
 	case <-m.stop:
 	}
@@ -176,7 +187,9 @@ func (l *runLog) snapshot(epoch uint64) []logFrame {
 // Only the last frame of a message or of a text or reasoning part is decoded: a later frame of
 // the same message or part replaces what an earlier one said. An earlier frame of a message
 // still places it (its id and whether it is a user message are read in place); one of a part
-// is skipped (the part's last frame places it).
+// is skipped (the part's last frame places it). So replay decides as applying every frame
+// does, except that it is not checked whether an earlier frame decodes, or whether a part's
+// earlier frame came before its message's first (OpenCode writes a message before its parts).
 func replay(frames []logFrame, baseline string) []opencode.Message {
 	r := &runMirror{baseline: baseline}
 	later := superseded(frames)

@@ -62,8 +62,8 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	}
 	e.sending = true
 	e.sends++
-	if e.mirror != nil { // a connection delivering events now delivers the run's
-		e.mirror.bind(m.mirrors.live.Load())
+	if e.mirror != nil && e.sends == 1 { // a connection delivering events now delivers the run's
+		e.mirror.bind(m.mirrors.live.Load()) // (not at a later send: the first may still land)
 	}
 	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
 		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}

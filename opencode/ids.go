@@ -14,7 +14,9 @@ import (
 // ([PromptRequest.MessageID]) places it only among messages created in the same millisecond,
 // and newer than after it sorts after them (older servers ordered by id alone). Its counter
 // is 0 (unless after forces more): OpenCode's counter starts at 1 in every millisecond, so the
-// replies the server writes to such a message, even in the same millisecond, sort after it.
+// replies the server writes to such a message, even in the same millisecond, sort after it,
+// as long as the client's clock is not ahead of the server's (the same host, or synchronised
+// clocks).
 func NewMessageID(now time.Time, after string) string {
 	r := rand.Uint64()     // math/rand/v2's generator: unpredictable enough for an id, and no system call
 	const mask = 1<<48 - 1 // OpenCode keeps the low 48 bits; compare what is written
