@@ -282,3 +282,43 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 		t.Errorf("reads of the parent after a second wave on a new connection: %v, want [1 1]", reads)
 	}
 }
+
+// N-3 on the real server: the notifications of a wave of run ends read the parent's newest
+// message once, and each is in the parent once.
+func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
+	t.Parallel()
+	srv := shared.Get(t)
+	c := &readsClient{Client: srv.Client()}
+	m, caller := streamManager(t, c)
+	const n = 3
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ids[i] = launch(t, m, caller, "SLEEP:1 (wave "+strconv.Itoa(i)+")").ID })
+	}
+	wg.Wait()
+	var posted []string
+	waitFor(t, 60*time.Second, func() bool {
+		posted = posted[:0]
+		for _, id := range ids {
+			task, err := m.Get(id)
+			if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
+				return false
+			}
+			posted = append(posted, task.Notifications[0].MessageID)
+		}
+		return true
+	})
+	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
+		t.Errorf("reads of the parent in a wave of %d: %v, want one [1]", n, reads)
+	}
+	msgs, err := srv.Client().Messages(context.Background(), caller.SessionID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range posted {
+		if k := len(slices.DeleteFunc(slices.Clone(msgs), func(msg opencode.Message) bool { return msg.Info.ID != id })); k != 1 {
+			t.Errorf("notification %s is in the parent %d times", id, k)
+		}
+	}
+}
