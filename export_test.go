@@ -8,6 +8,10 @@ import "time"
 // them, without reading their messages.
 func StreamDecided(m *Manager) int64 { return m.mirrors.decided.Load() }
 
+// StreamConnection returns the number of m's stream connection that delivers events, 0 while
+// none does.
+func StreamConnection(m *Manager) uint64 { return m.mirrors.live.Load() }
+
 // StreamLive reports whether m's event stream is connected and has delivered an event: runs
 // launched from now on are followed on it.
 func StreamLive(m *Manager) bool { return m.mirrors.live.Load() != 0 }

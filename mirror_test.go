@@ -352,18 +352,18 @@ func TestRealServerCompletionFromEventsT6(t *testing.T) {
 	}
 }
 
-// T-6 on the real server, as a host runs it: a new Manager launches a burst of tasks at once,
-// before its event stream delivered anything, and every run is decided from what the stream
-// carried, not one task's messages read (a counting Client). The runs stream their reply for
-// a second, so that they all run and end together.
+// T-6 on the real server: a burst of tasks launched at once, their runs streaming their reply
+// for a second so that they all run and end together, is decided from what the stream carried,
+// not one task's messages read (a counting Client). (A task launched before OpenCode has
+// subscribed the Manager's new stream, which it does a moment after answering, is read: the
+// stream missed its start. TestCompletionFromEventsBoundBySessionCreatedT6 shows the rule for
+// a stream open but silent when the tasks are launched.)
 func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	srv := shared.Get(t)
-	c := &readsClient{Client: srv.Client(), opened: make(chan struct{})}
-	caller := fakeParent(t, srv.Client())
-	m := newManager(t, c, asyncagents.WithPollInterval(time.Hour))
-	<-c.opened // open, not known to deliver: the first launches may come before it does
+	c := &readsClient{Client: srv.Client()}
+	m, caller := streamManager(t, c)
 	tasks := make([]asyncagents.Task, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -443,5 +443,46 @@ func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
 				t.Errorf("%d runs decided from events, want %d", d, want)
 			}
 		})
+	}
+}
+
+// T-6 on the real server, with a counting client behind a proxy: a run whose event stream is
+// cut while it runs is read (the stream missed part of it) and completes with its real result;
+// a run launched after the stream reconnected is decided from its events, without a read.
+func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
+	t.Parallel()
+	srv := shared.Get(t)
+	proxy, hc := proxied(t, srv)
+	c := &readsClient{Client: hc}
+	m, caller := streamManager(t, c, asyncagents.WithPollInterval(time.Second))
+	ctx := ctxT(t, 90*time.Second)
+
+	cut := launch(t, m, caller, "SLEEP:3")
+	waitMidRun(t, ctx, hc, []asyncagents.Task{cut})
+	before := asyncagents.StreamConnection(m)
+	if n := proxy.CutEvents(); n != 1 {
+		t.Fatalf("cut %d streams", n)
+	}
+	waitFor(t, 15*time.Second, func() bool { // a new connection delivers events
+		c := asyncagents.StreamConnection(m)
+		return c != 0 && c != before
+	})
+	reads := len(c.readsOf(cut.ID)) // the reconcile after the reconnect
+	after := launch(t, m, caller, "RUN:echo after")
+
+	if got := await(t, m, caller, cut.ID); got.Status != asyncagents.StatusCompleted || !strings.HasSuffix(got.Result, "slept 3") {
+		t.Errorf("the run across the cut: %s %q", got.Status, got.Result)
+	}
+	if n := len(c.readsOf(cut.ID)); n <= reads {
+		t.Errorf("the run across the cut was not read at its end (%d reads, %d at the reconnect)", n, reads)
+	}
+	if got := await(t, m, caller, after.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: after" {
+		t.Errorf("the run after the reconnect: %s %q", got.Status, got.Result)
+	}
+	if r := c.readsOf(after.ID); len(r) != 0 {
+		t.Errorf("the run after the reconnect was read: %v", r)
+	}
+	if d := asyncagents.StreamDecided(m); d != 1 {
+		t.Errorf("%d runs decided from events, want 1 (the run after the reconnect)", d)
 	}
 }
