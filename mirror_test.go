@@ -384,18 +384,23 @@ func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
 }
 
 // slowStream opens its event streams only once open is closed; the first attempt fails with
-// fail set.
+// fail set; with deaf set, it does not return when ctx is done.
 type slowStream struct {
 	*readsClient
 	open chan struct{}
 	fail bool
+	deaf bool
 	once sync.Once
 }
 
 func (c *slowStream) Events(ctx context.Context) (opencode.EventStream, error) {
+	done := ctx.Done()
+	if c.deaf {
+		done = nil
+	}
 	select {
 	case <-c.open:
-	case <-ctx.Done():
+	case <-done:
 		return nil, ctx.Err()
 	}
 	failed := false
@@ -484,5 +489,26 @@ func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
 	}
 	if d := asyncagents.StreamDecided(m); d != 1 {
 		t.Errorf("%d runs decided from events, want 1 (the run after the reconnect)", d)
+	}
+}
+
+// T-6: a launch right after New waits for the event stream's first connection attempt at most
+// the quick request timeout, even with a Client whose Events does not return when its
+// context ends.
+func TestLaunchAwaitsTheStreamAtMostTheQuickTimeoutT6(t *testing.T) {
+	f := fakeClient(t)
+	caller := fakeParent(t, f)
+	c := &slowStream{readsClient: &readsClient{Client: f}, open: make(chan struct{}), deaf: true}
+	const quick = 300 * time.Millisecond
+	m := newManager(t, c, asyncagents.WithRequestTimeout(quick))
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(c.open) }) }) // before the Manager's Close
+	start := time.Now()
+	task := launch(t, m, caller, "hello")
+	if d := time.Since(start); d < quick || d > quick+2*time.Second {
+		t.Errorf("Launch returned after %v, want about %v", d, quick)
+	}
+	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+		t.Errorf("%s %q", got.Status, got.Error)
 	}
 }

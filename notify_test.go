@@ -251,19 +251,7 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var posted []string
-		waitFor(t, 10*time.Second, func() bool {
-			posted = posted[:0]
-			for _, id := range ids {
-				task, err := m.Get(id)
-				if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
-					return false
-				}
-				posted = append(posted, task.Notifications[0].MessageID)
-			}
-			return true
-		})
-		return posted
+		return awaitNotified(t, m, 10*time.Second, ids)
 	}
 	posted := wave(5)
 	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
@@ -297,18 +285,7 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 		wg.Go(func() { ids[i] = launch(t, m, caller, "SLEEP:1 (wave "+strconv.Itoa(i)+")").ID })
 	}
 	wg.Wait()
-	var posted []string
-	waitFor(t, 60*time.Second, func() bool {
-		posted = posted[:0]
-		for _, id := range ids {
-			task, err := m.Get(id)
-			if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
-				return false
-			}
-			posted = append(posted, task.Notifications[0].MessageID)
-		}
-		return true
-	})
+	posted := awaitNotified(t, m, 60*time.Second, ids)
 	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
 		t.Errorf("reads of the parent in a wave of %d: %v, want one [1]", n, reads)
 	}
@@ -321,4 +298,23 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 			t.Errorf("notification %s is in the parent %d times", id, k)
 		}
 	}
+}
+
+// awaitNotified waits at most d until the first notification of each task is delivered, and
+// returns their message ids in the order of ids.
+func awaitNotified(t *testing.T, m *asyncagents.Manager, d time.Duration, ids []string) []string {
+	t.Helper()
+	var posted []string
+	waitFor(t, d, func() bool {
+		posted = posted[:0]
+		for _, id := range ids {
+			task, err := m.Get(id)
+			if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
+				return false
+			}
+			posted = append(posted, task.Notifications[0].MessageID)
+		}
+		return true
+	})
+	return posted
 }
