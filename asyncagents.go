@@ -108,7 +108,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 // before it sent them). It runs before the Manager's goroutines start.
 func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
-	var pending []noteRef
+	var pending, owed []noteRef
 	created := map[string]time.Time{}
 	for _, t := range stored {
 		e := m.restoreTask(t)
@@ -116,18 +116,32 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 			continue
 		}
 		for _, n := range t.Notifications {
-			if n.State == NotificationPending {
+			switch {
+			case n.State == NotificationPending:
 				pending = append(pending, noteRef{task: t.ID, key: n.Key})
-				created[n.Key] = n.Created
+			case n.State == NotificationDelivered && n.Turn == TurnOwed:
+				owed = append(owed, noteRef{task: t.ID, key: n.Key})
+			default:
+				continue
 			}
+			created[n.Key] = n.Created
 		}
 		if t.Status.Terminal() && len(t.FollowUps) > 0 {
 			followUps = append(followUps, e)
 		}
 	}
-	sort.SliceStable(pending, func(i, j int) bool { return created[pending[i].key].Before(created[pending[j].key]) })
+	for _, refs := range [][]noteRef{pending, owed} {
+		sort.SliceStable(refs, func(i, j int) bool { return created[refs[i].key].Before(created[refs[j].key]) })
+	}
 	for _, ref := range pending { // what the last Manager did not deliver
 		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
+	}
+	for _, ref := range owed { // the turns it did not ask for
+		parent := m.tasks[ref.task].task.ParentSessionID
+		ob := m.outboxLocked(parent)
+		m.oweTurnLocked(ob, ref, created[ref.key])
+		ob.lastEnd = latest(ob.lastEnd, created[ref.key])
+		m.readyLocked(parent, ob)
 	}
 	for key := range m.slots.waiting {
 		start = append(start, m.startableLocked(key)...)

@@ -224,49 +224,8 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), realDeadline)
 	defer cancel()
 
-	// The observer: the first idle frame of each session after it went busy.
-	stream, err := c.Events(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var (
-		mu       sync.Mutex
-		busyRun  = map[string]bool{}
-		idleSeen = map[string]time.Time{}
-		observed = make(chan struct{})
-	)
-	go func() {
-		defer close(observed)
-		for ev, err := range stream.All() {
-			if err != nil {
-				return
-			}
-			at := time.Now()
-			idle := ev.Type == opencode.EventSessionIdle
-			if ev.Type == opencode.EventSessionStatus {
-				p, err := ev.Decode()
-				if err != nil || p.Status == nil {
-					continue
-				}
-				idle = p.Status.Type == "idle"
-			} else if !idle {
-				continue
-			}
-			sid := ev.SessionID()
-			mu.Lock()
-			if !idle {
-				busyRun[sid] = true
-			} else if _, seen := idleSeen[sid]; busyRun[sid] && !seen {
-				idleSeen[sid] = at
-			}
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		cancel()
-		_ = stream.Close()
-		<-observed
-	}()
+	idles := observeIdles(b, ctx, c)
+	defer idles.stop()
 
 	rt := &readTimes{Client: c, reads: map[string][][2]time.Time{}}
 	m, err := asyncagents.New(rt)
@@ -327,15 +286,13 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, t := range tasks {
 		if t.Status != asyncagents.StatusCompleted {
 			b.Fatalf("task %s is %s: %s", t.ID, t.Status, t.Error)
 		}
-		idle, ok := idleSeen[t.ID]
+		idle, ok := idles.first(t.ID)
 		if !ok {
 			b.Fatalf("no idle frame seen for %s", t.ID)
 		}
@@ -362,6 +319,68 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 		}
 		r.quiet = append(r.quiet, time.Since(t0))
 	}
+}
+
+// idleObserver records, from an event stream of its own, when the first idle frame
+// (session.status idle or session.idle) of each session after it went busy arrived.
+type idleObserver struct {
+	mu       sync.Mutex
+	busyRun  map[string]bool
+	idleSeen map[string]time.Time
+	stop     func()
+}
+
+// observeIdles subscribes to c's events; the subscription is open when it returns. Call stop.
+func observeIdles(b testing.TB, ctx context.Context, c opencode.Client) *idleObserver {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.Events(ctx)
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	o := &idleObserver{busyRun: map[string]bool{}, idleSeen: map[string]time.Time{}}
+	observed := make(chan struct{})
+	go func() {
+		defer close(observed)
+		for ev, err := range stream.All() {
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			idle := ev.Type == opencode.EventSessionIdle
+			if ev.Type == opencode.EventSessionStatus {
+				p, err := ev.Decode()
+				if err != nil || p.Status == nil {
+					continue
+				}
+				idle = p.Status.Type == "idle"
+			} else if !idle {
+				continue
+			}
+			sid := ev.SessionID()
+			o.mu.Lock()
+			if !idle {
+				o.busyRun[sid] = true
+			} else if _, seen := o.idleSeen[sid]; o.busyRun[sid] && !seen {
+				o.idleSeen[sid] = at
+			}
+			o.mu.Unlock()
+		}
+	}()
+	o.stop = func() {
+		cancel()
+		_ = stream.Close()
+		<-observed
+	}
+	return o
+}
+
+// first returns when the first idle frame of session id after it went busy arrived.
+func (o *idleObserver) first(id string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.idleSeen[id]
+	return at, ok
 }
 
 // scaleBackend is the OpenCode a scale benchmark runs on.

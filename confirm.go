@@ -30,9 +30,11 @@ type confirmations struct {
 	n       atomic.Int64
 }
 
-// posted is a notification waiting for its message to show up.
+// posted is a notification, or a turn prompt (turn: the notifications it covers), waiting
+// for its message to show up.
 type posted struct {
 	parent, task, key string
+	turn              []noteRef
 	at                time.Time
 }
 
@@ -145,6 +147,17 @@ func (m *Manager) checkPosted() {
 			continue
 		}
 		m.mu.Lock()
+		if p.turn != nil {
+			m.cfg.logger.Warn("asyncagents: the server acknowledged a turn prompt and did not store it; asking again",
+				"parent", p.parent, "message", id)
+			m.reoweLocked(p.parent, p.turn)
+			changed := m.entriesLocked(p.turn)
+			m.mu.Unlock()
+			for _, e := range changed {
+				m.persist(e)
+			}
+			continue
+		}
 		e := m.tasks[p.task]
 		var note *Notification
 		if e != nil {

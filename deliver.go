@@ -38,12 +38,18 @@ type notifier struct {
 	heads    heads // the parents' newest message ids (heads.go)
 }
 
-// outbox holds one parent's pending notifications, oldest first.
+// outbox holds one parent's pending notifications, oldest first, and those delivered whose
+// turn is owed (turn.go).
 type outbox struct {
 	queue    []noteRef
 	inFlight bool      // a worker delivers them
 	ready    bool      // in Manager.nready: due, waiting for a worker
-	next     time.Time // no attempt before this
+	next     time.Time // no attempt before this (a retry's backoff)
+
+	owed      []noteRef // delivered without reply, not seen by a turn of the parent yet
+	firstOwed time.Time // when the run of owed[0] ended
+	lastEnd   time.Time // when the parent's newest notification was created
+	turnID    string    // the prompt asking for the owed turn, when posted before
 }
 
 // notifyLoop hands the parents whose next notification is due to delivery goroutines, in the
@@ -74,19 +80,23 @@ func (m *Manager) notifyLoop() {
 	}
 }
 
-// retryDueLocked readies the parents whose retry has come, when the earliest has, and returns
-// how long the notifier may sleep: until the next retry, or an hour.
+// retryDueLocked readies the parents whose retry or turn has come, when the earliest has, and
+// returns how long the notifier may sleep: until the next one, or an hour.
 func (m *Manager) retryDueLocked() time.Duration {
 	n, now := &m.notes, m.now()
 	if !n.retryAt.IsZero() && !n.retryAt.After(now) {
 		n.retryAt = time.Time{}
 		for parent, ob := range n.outboxes {
+			if ob.inFlight || ob.ready {
+				continue
+			}
+			due, ok := m.dueLocked(parent, ob)
 			switch {
-			case ob.inFlight || ob.ready || len(ob.queue) == 0:
-			case !ob.next.After(now):
+			case !ok:
+			case !due.After(now):
 				m.readyLocked(parent, ob)
-			case n.retryAt.IsZero() || ob.next.Before(n.retryAt):
-				n.retryAt = ob.next
+			case n.retryAt.IsZero() || due.Before(n.retryAt):
+				n.retryAt = due
 			}
 		}
 	}
@@ -133,35 +143,53 @@ func (m *Manager) notifyWorker(parent string, sem chan struct{}, workers *sync.W
 	}
 }
 
-// drain delivers parent's due notifications, oldest first, for the worker that has the
-// parent (its outbox is in flight), and gives the parent up: when its queue is empty, when it
-// must wait for a retry (returning when), when the Manager closes, or after notifyBatch
-// notifications while another parent waits for a worker.
+// drain delivers parent's due notifications, oldest first, then asks for the parent's owed
+// turn when it is due (turn.go), for the worker that has the parent (its outbox is in
+// flight), and gives the parent up: when it has nothing left to do, when it must wait for a
+// retry or its turn (returning when), when the Manager closes, or after notifyBatch steps
+// while another parent waits for a worker.
 func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 	for n := 1; ; n++ {
-		m.deliverNext(ctx, parent)
 		m.mu.Lock()
 		ob := m.notes.outboxes[parent]
+		due, ok := m.dueLocked(parent, ob)
 		switch {
-		case len(ob.queue) == 0:
+		case !ok:
 			ob.inFlight = false
 			delete(m.notes.outboxes, parent)
 			m.waveOverLocked(parent)
-		case ob.next.After(m.now()):
+		case due.After(m.now()):
 			ob.inFlight = false
-			retry = ob.next
+			retry = due
 		case ctx.Err() != nil:
 			ob.inFlight = false // flushNotifications takes it
-		case n >= notifyBatch && len(m.notes.ready) > 0:
+		case n > notifyBatch && len(m.notes.ready) > 0:
 			ob.inFlight = false
 			m.readyLocked(parent, ob)
+		case len(ob.queue) > 0:
+			m.mu.Unlock()
+			m.deliverNext(ctx, parent)
+			continue
 		default:
 			m.mu.Unlock()
+			m.askTurn(ctx, parent)
 			continue
 		}
 		m.mu.Unlock()
 		return retry
 	}
+}
+
+// dueLocked returns when parent's outbox has something to do next: its oldest notification
+// (after a retry's backoff), or else its owed turn; false when it has nothing to do.
+func (m *Manager) dueLocked(parent string, ob *outbox) (time.Time, bool) {
+	switch {
+	case len(ob.queue) > 0:
+		return ob.next, true
+	case len(ob.owed) > 0:
+		return latest(ob.next, m.turnDueLocked(parent, ob)), true
+	}
+	return time.Time{}, false
 }
 
 // flushNotifications gives each parent's pending notifications, in order, one attempt.
@@ -229,6 +257,10 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		if !confirmed {
 			m.awaitPosted(note.MessageID, posted{parent: parent, task: e.task.ID, key: note.Key, at: now})
 		}
+		if m.cfg.notifyPolicy == NotifyPerWave {
+			note.Turn = TurnOwed
+			m.oweTurnLocked(ob, ref, note.Created)
+		}
 	case errors.Is(err, opencode.ErrNotFound):
 		note.State, note.Error = NotificationFailed, "the parent session no longer exists"
 		m.cfg.logger.Error("asyncagents: notification not delivered: the parent session no longer exists", "key", note.Key)
@@ -276,44 +308,63 @@ func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent str
 // attempt delivers n unless an earlier attempt already did: a notification that was posted
 // before (Attempts > 0) is looked up by its message id first. confirmed reports that the
 // server has shown the message (found, or answered with it); a prompt_async that was only
-// acknowledged is not.
+// acknowledged is not. Under NotifyPerRun the notification is a prompt; otherwise it is
+// posted without reply.
 func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
-	if n.MessageID != "" { // posted before: did it land?
-		_, err := m.client.Message(ctx, parent, n.MessageID)
+	_, confirmed, _, err = m.postOnce(ctx, parent, n.MessageID, nil, func(id string) {
+		m.mu.Lock()
+		if note := noteLocked(e, n.Key); note != nil {
+			note.MessageID = id
+			m.changedLocked(e)
+		}
+		m.mu.Unlock()
+		m.persist(e)
+	}, func(id string) (bool, error) {
+		req := opencode.PromptRequest{
+			MessageID: id, Agent: agent,
+			Parts: []opencode.TextPartInput{opencode.NewText(n.Visible), opencode.NewSyntheticText(n.Hidden)},
+		}
+		if m.cfg.notifyPolicy == NotifyPerRun {
+			return false, m.client.PromptAsync(ctx, parent, req)
+		}
+		req.NoReply = true
+		_, err := m.client.Prompt(ctx, parent, req)
+		return err == nil, err
+	})
+	return confirmed, err
+}
+
+// postOnce posts a message to parent, as the Manager posts notifications and turn prompts:
+// with an id of its own choosing, newer than the parent's newest message, and recorded
+// (record) before it is posted (post), so that a lost answer or a host that stops does not
+// make it post twice. prev is the id an earlier attempt posted: found in the parent
+// (GET /session/{parent}/message/{prev}), it landed, and nothing is posted (confirmed). skip,
+// when not nil, is given the parent's newest message id and may end the attempt with nothing
+// posted (skipped). It returns the id posted, or prev.
+func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(newest string) bool,
+	record func(id string), post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
+	if prev != "" { // posted before: did it land?
+		_, err := m.client.Message(ctx, parent, prev)
 		if err == nil {
-			return true, nil // it landed; the answer was lost
+			return prev, true, false, nil // it landed; the answer was lost
 		}
 		if !errors.Is(err, opencode.ErrNotFound) {
-			return false, fmt.Errorf("asyncagents: check notification %s: %w", n.MessageID, err)
+			return "", false, false, fmt.Errorf("asyncagents: check message %s: %w", prev, err)
 		}
 		if _, err := m.client.GetSession(ctx, parent); err != nil {
-			return false, err // NotFound here: the parent is gone
+			return "", false, false, err // NotFound here: the parent is gone
 		}
 	}
 	after, err := m.newestBefore(ctx, parent)
 	if err != nil {
-		return false, err
+		return "", false, false, err
 	}
-	id := opencode.NewMessageID(m.now(), after)
+	if skip != nil && skip(after) {
+		return "", false, true, nil
+	}
+	id = opencode.NewMessageID(m.now(), after)
 	m.notes.heads.raise(parent, id, 0)
-	// Record the id before posting: if the answer is lost, or the host stops, the next
-	// attempt finds the message by it.
-	m.mu.Lock()
-	if note := noteLocked(e, n.Key); note != nil {
-		note.MessageID = id
-		m.changedLocked(e)
-	}
-	m.mu.Unlock()
-	m.persist(e)
-
-	req := opencode.PromptRequest{
-		MessageID: id, Agent: agent,
-		Parts: []opencode.TextPartInput{opencode.NewText(n.Visible), opencode.NewSyntheticText(n.Hidden)},
-	}
-	if m.cfg.notifyNoReply {
-		req.NoReply = true
-		_, err = m.client.Prompt(ctx, parent, req)
-		return err == nil, err
-	}
-	return false, m.client.PromptAsync(ctx, parent, req)
+	record(id)
+	confirmed, err = post(id)
+	return id, confirmed, false, err
 }

@@ -87,8 +87,10 @@
 // record (Task.Notifications) until delivered, retried per parent with backoff for
 // [WithNotifyHorizon], and checked for by its message id before a retry so that a lost answer
 // does not post it twice; one posted with prompt_async counts once the server shows its
-// message, and is posted again when a minute later it does not. With a [FileStore] all of
-// this survives a restart of the host.
+// message, and is posted again when a minute later it does not. By default ([NotifyPerWave])
+// notifications are posted without reply and the parent is asked for one turn per wave of run
+// ends, with a prompt posted under the same rules. With a [FileStore] all of this survives a
+// restart of the host.
 //
 // # Goroutines and panics
 //

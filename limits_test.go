@@ -96,7 +96,7 @@ func TestRealServerConcurrencyLimitT21(t *testing.T) {
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	parent := newSession(t, c, "limits parent")
-	m := newManager(t, c, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	first := launch(t, m, caller, "SLEEP:1")
 	second := launch(t, m, caller, "RUN:echo second-ran")

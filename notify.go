@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -19,7 +20,7 @@ const (
 
 // Notification is the message a task's parent session receives when a run of the task
 // ends: a visible text part and a synthetic hint for the parent's model, posted as one user
-// message. Notifications are part of the task's record, so a notification still pending when
+// message (how it asks for the parent's turn is the [NotifyPolicy]). Notifications are part of the task's record, so a notification still pending when
 // the Manager closes or the host crashes is delivered by the next Manager on the same
 // [Store].
 //
@@ -41,6 +42,76 @@ type Notification struct {
 	Next      time.Time `json:"next,omitzero"`      // the next attempt, while pending
 	Delivered time.Time `json:"delivered,omitzero"` // when the parent got it
 	Error     string    `json:"error,omitempty"`    // the last failure
+	// Turn is where the parent's turn for a notification posted without reply stands
+	// ([NotifyPerWave]); "" when none is owed (the notification was its own prompt, or the
+	// policy is [NotifyNoReply]).
+	Turn TurnState `json:"turn,omitempty"`
+	// TurnID is the id of the prompt that asks the parent for the turn that covers this
+	// notification, set before that prompt is first posted.
+	TurnID string `json:"turnID,omitempty"`
+}
+
+// TurnState is where the parent's turn for a delivered notification stands.
+type TurnState string
+
+// Turn states.
+const (
+	TurnOwed  TurnState = "owed"  // no turn of the parent has seen it yet
+	TurnAsked TurnState = "asked" // a prompt (TurnID) asked the parent for a turn after it
+	TurnSeen  TurnState = "seen"  // a turn of the parent saw it without being asked
+)
+
+// NotifyPolicy is how a parent's notifications ask for its model's turn. OpenCode runs the
+// parent's model for a prompt (POST /session/{id}/prompt_async), not for a message posted
+// with noReply (POST /session/{id}/message), and each turn sends the parent's whole context
+// to the model again: a policy trades turns for how soon the model hears of a run end.
+type NotifyPolicy int
+
+// Notification policies.
+const (
+	// NotifyPerWave posts each notification with noReply the moment its run ends (the parent
+	// shows it at once), then asks for one turn for all the notifications its model has not
+	// seen: when the parent has no active task left, or when no run of its ended for the wave
+	// window ([WithWaveWindow]) and at most 5 windows after the first unseen one. The turn is
+	// a short prompt naming the tasks that ended since the parent's last turn and those still
+	// running. When a turn of the parent saw them anyway (the parent was busy: OpenCode
+	// answers what was posted during a turn in one more step of it), no prompt is posted.
+	NotifyPerWave NotifyPolicy = iota
+	// NotifyPerRun posts each notification as a prompt: one parent turn per run end.
+	NotifyPerRun
+	// NotifyNoReply posts each notification with noReply and never asks for a turn; the
+	// parent's model reads them at its next turn, whatever starts it.
+	NotifyNoReply
+)
+
+var policyNames = [...]string{NotifyPerWave: "wave", NotifyPerRun: "run", NotifyNoReply: "none"}
+
+// String returns "wave", "run" or "none".
+func (p NotifyPolicy) String() string {
+	if p < 0 || int(p) >= len(policyNames) {
+		return "NotifyPolicy(" + strconv.Itoa(int(p)) + ")"
+	}
+	return policyNames[p]
+}
+
+// MarshalText returns the policy's name (String).
+func (p NotifyPolicy) MarshalText() ([]byte, error) {
+	if p < 0 || int(p) >= len(policyNames) {
+		return nil, fmt.Errorf("%w: notification policy %d", ErrInvalidInput, int(p))
+	}
+	return []byte(policyNames[p]), nil
+}
+
+// UnmarshalText sets p from a name: "wave", "run" or "none"; any other is an error matching
+// [ErrInvalidInput], and p is unchanged.
+func (p *NotifyPolicy) UnmarshalText(b []byte) error {
+	for i, n := range policyNames {
+		if string(b) == n {
+			*p = NotifyPolicy(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: notification policy %s: want wave, run or none", ErrInvalidInput, echo(string(b)))
 }
 
 type noteRef struct{ task, key string }
@@ -70,28 +141,37 @@ func (m *Manager) notifyLocked(e *entry) {
 func (m *Manager) queueNoteLocked(e *entry, note Notification) {
 	t := &e.task
 	note.State, note.Created = NotificationPending, m.now()
-	// Keep the undelivered ones and the last delivered one.
+	// Keep the undelivered ones, those whose turn is owed, and the last delivered one.
 	kept := t.Notifications[:0]
 	for i, o := range t.Notifications {
-		if o.State != NotificationDelivered || i == len(t.Notifications)-1 {
+		if o.State != NotificationDelivered || o.Turn == TurnOwed || i == len(t.Notifications)-1 {
 			kept = append(kept, o)
 		}
 	}
 	t.Notifications = append(kept, note)
 	m.changedLocked(e)
-	m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
+	ob := m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
+	ob.lastEnd = note.Created
 }
 
-func (m *Manager) queueLocked(parent string, ref noteRef) {
+// queueLocked queues ref for delivery to parent and returns parent's outbox.
+func (m *Manager) queueLocked(parent string, ref noteRef) *outbox {
+	ob := m.outboxLocked(parent)
+	ob.queue = append(ob.queue, ref)
+	if ob.next.IsZero() {
+		m.readyLocked(parent, ob)
+	}
+	return ob
+}
+
+// outboxLocked returns parent's outbox, created empty when it has none.
+func (m *Manager) outboxLocked(parent string) *outbox {
 	ob := m.notes.outboxes[parent]
 	if ob == nil {
 		ob = &outbox{}
 		m.notes.outboxes[parent] = ob
 	}
-	ob.queue = append(ob.queue, ref)
-	if ob.next.IsZero() {
-		m.readyLocked(parent, ob)
-	}
+	return ob
 }
 
 // readyLocked queues parent for a worker unless a worker has it or it waits already, and

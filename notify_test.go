@@ -106,7 +106,7 @@ func TestNotificationAnswerLostIsNotDuplicated(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &flaky{FakeClient: f, lose: 1, loseIn: caller.SessionID}
-	m := newManager(t, c, asyncagents.WithNotifyNoReply(false))
+	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
 	task := launch(t, m, caller, "RUN:echo once")
 	waitFor(t, 20*time.Second, func() bool {
 		tk, _ := m.Get(task.ID)

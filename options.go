@@ -63,6 +63,14 @@ const (
 	// server and a host that was down for a while, short enough that a parent which comes
 	// back much later is not told about stale work in the middle of something else.
 	DefaultNotifyHorizon = 30 * time.Minute
+	// DefaultWaveWindow is how long, under [NotifyPerWave], a parent's turn waits after a
+	// run of its ended for another to end, while it has tasks running: long enough for the
+	// runs of a batch that end within a second or so of each other to share one turn, short
+	// enough that the model hears of a lone run end about a second after it (the notification
+	// itself is in the parent at once).
+	DefaultWaveWindow = time.Second
+	// MaxWaveWindow bounds WithWaveWindow.
+	MaxWaveWindow = time.Minute
 )
 
 // Bounds of the options.
@@ -80,7 +88,8 @@ type config struct {
 	logger         *slog.Logger
 	toolPrefix     string
 	notify         bool
-	notifyNoReply  bool
+	notifyPolicy   NotifyPolicy
+	waveWindow     time.Duration
 	debugHints     bool
 	nestingDepth   int
 	followUps      int
@@ -104,6 +113,7 @@ func defaultConfig() config {
 		reconcilers:    DefaultReconcilers,
 		nestingDepth:   DefaultNestingDepth,
 		notifyHorizon:  DefaultNotifyHorizon,
+		waveWindow:     DefaultWaveWindow,
 		requestTimeout: DefaultRequestTimeout,
 		store:          &MemoryStore{},
 	}
@@ -159,6 +169,12 @@ func (c *config) validate() error {
 			return fmt.Sprintf("reconcilers %d must be 1 to %d", c.reconcilers, maxReconcilers)
 		}},
 		{c.notifyHorizon < 0, func() string { return fmt.Sprintf("notification horizon %v must not be negative", c.notifyHorizon) }},
+		{c.notifyPolicy < NotifyPerWave || c.notifyPolicy > NotifyNoReply, func() string {
+			return fmt.Sprintf("notification policy %d is not one of NotifyPerWave, NotifyPerRun, NotifyNoReply", int(c.notifyPolicy))
+		}},
+		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
+			return fmt.Sprintf("wave window %v must be 0 to %v", c.waveWindow, MaxWaveWindow)
+		}},
 	}
 	for _, ch := range checks {
 		if ch.bad {
@@ -207,11 +223,20 @@ func WithToolPrefix(p string) Option { return optionFunc(func(cfg *config) { cfg
 // WithNotifications turns parent notifications on or off. Defaults to on.
 func WithNotifications(on bool) Option { return optionFunc(func(cfg *config) { cfg.notify = on }) }
 
-// WithNotifyNoReply sends notifications with noReply (POST /session/{id}/message), so the
-// parent's model does not take a turn. Defaults to off: notifications are sent with
-// POST /session/{id}/prompt_async and the caller's agent, and the parent answers them.
-func WithNotifyNoReply(on bool) Option {
-	return optionFunc(func(cfg *config) { cfg.notifyNoReply = on })
+// WithNotifyPolicy sets how notifications ask for the parent's turn: [NotifyPerWave] (one
+// turn for the run ends of a wave), [NotifyPerRun] (one turn per run end) or [NotifyNoReply]
+// (none). Prompts use the caller's agent. Defaults to NotifyPerWave.
+func WithNotifyPolicy(p NotifyPolicy) Option {
+	return optionFunc(func(cfg *config) { cfg.notifyPolicy = p })
+}
+
+// WithWaveWindow sets how long, under [NotifyPerWave], a parent's turn waits after a run of
+// its ended for another run to end while it still has tasks running; the turn waits at most
+// 5 windows after the first notification it covers. A parent with no task running gets its
+// turn at once. Defaults to [DefaultWaveWindow]; 0 to [MaxWaveWindow] (0: a turn as soon as
+// the notifications were posted).
+func WithWaveWindow(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.waveWindow = d })
 }
 
 // WithDebugHints ends the visible part of every notification with " [hint attached]".

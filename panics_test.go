@@ -67,7 +67,8 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 	logs := &logRecords{}
 	opts := []asyncagents.Option{asyncagents.WithStore(store), asyncagents.WithLogger(slog.New(logs)),
 		asyncagents.WithPollInterval(20 * time.Millisecond), asyncagents.WithFollowUpQueue(1),
-		asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})}
+		asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun)} // notifications are prompts (they panic below)
 	caller := fakeParent(t, f)
 	// What a Manager that stopped left in the store: an ended task with a follow-up queued,
 	// and a task queued for a slot.

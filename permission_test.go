@@ -86,7 +86,7 @@ func TestRealServerPermissionPolicyT16(t *testing.T) {
 	parent := newSession(t, c, "policy parent")
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	allow := newManager(t, c, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)),
-		asyncagents.WithNotifyNoReply(true))
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	got := await(t, allow, caller, launch(t, allow, caller, outside).ID)
 	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "No such file") {
 		t.Fatalf("allowed task: %s %q %q", got.Status, got.Result, got.Error)
@@ -95,7 +95,7 @@ func TestRealServerPermissionPolicyT16(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ask := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	ask := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	waiting := launch(t, ask, caller, outside)
 	var note string
 	waitFor(t, 30*time.Second, func() bool {

@@ -133,7 +133,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 		proxy, c = proxied(t, srv)
 	}
 	ctx := ctxT(t, 120*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
+	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithRequestTimeout(2*time.Second))
 	p1, p2 := fakeParent(t, c), fakeParent(t, c)
 	tasks := []asyncagents.Task{
@@ -223,7 +223,7 @@ func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
 	refused := proxy.Inject(opencodetest.Fault{Pattern: "GET /global/event", Status: 503})
 	proxy.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/prompt_async", Delay: 300 * time.Millisecond, Jitter: 500 * time.Millisecond})
 	ctx := ctxT(t, 90*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	parents := []asyncagents.Caller{fakeParent(t, c), fakeParent(t, c), fakeParent(t, c)}
 
 	start := time.Now()
@@ -332,21 +332,21 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	for _, tc := range []struct {
-		name    string
-		noReply bool
-		route   string
-		fault   opencodetest.Fault
+		name   string
+		policy asyncagents.NotifyPolicy
+		route  string
+		fault  opencodetest.Fault
 	}{
-		{"prompt_async", false, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
-		{"noReply message", true, "POST /session/%s/message", opencodetest.Fault{DropResponse: true, Times: 1}},
+		{"prompt_async", asyncagents.NotifyPerRun, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
+		{"noReply message", asyncagents.NotifyNoReply, "POST /session/%s/message", opencodetest.Fault{DropResponse: true, Times: 1}},
 		// OpenCode answers 204 and never stores the message (seen right after a restart).
-		{"prompt_async acknowledged, not stored", false, "POST /session/%s/prompt_async",
+		{"prompt_async acknowledged, not stored", asyncagents.NotifyPerRun, "POST /session/%s/prompt_async",
 			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			proxy, c := proxied(t, srv)
-			m := newManager(t, c, asyncagents.WithNotifyNoReply(tc.noReply), asyncagents.WithPollInterval(200*time.Millisecond))
+			m := newManager(t, c, asyncagents.WithNotifyPolicy(tc.policy), asyncagents.WithPollInterval(200*time.Millisecond))
 			asyncagents.SetLossGrace(m, 2*time.Second) // a minute by default
 			parent := fakeParent(t, c)
 			tc.fault.Pattern = fmt.Sprintf(tc.route, parent.SessionID)
@@ -412,7 +412,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
+	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithRequestTimeout(2*time.Second))
 	const hung = 8
 	var held []*opencodetest.Injection
@@ -459,7 +459,7 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1 := newManager(t, c, asyncagents.WithStore(store1), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true))
+	m1 := newManager(t, c, asyncagents.WithStore(store1), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	p1, p2 := fakeParent(t, c), fakeParent(t, c)
 	early := launch(t, m1, p1, "SLEEP:1") // ends while no Manager runs
 	late := launch(t, m1, p1, "SLEEP:4")  // still running when the next Manager starts
@@ -483,7 +483,7 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 	})
 
 	store2 := openFileStore(t, path)
-	m2 := newManager(t, c, asyncagents.WithStore(store2), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true))
+	m2 := newManager(t, c, asyncagents.WithStore(store2), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	for _, tk := range []asyncagents.Task{early, late, other} {
 		caller := asyncagents.Caller{SessionID: tk.ParentSessionID}
 		out, err := m2.Output(ctx, caller, tk.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
@@ -505,7 +505,7 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	ctx := ctxT(t, 90*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(time.Second), asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithPollInterval(time.Second), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	waitFor(t, 10*time.Second, func() bool { return proxy.EventStreams() == 1 })
 	idle := func(tk asyncagents.Task) {
 		props := json.RawMessage(fmt.Sprintf(`{"sessionID":%q}`, tk.ID))

@@ -262,7 +262,7 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
 	parent := newSession(t, c, "cancel parent")
-	m := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 
 	// First the model error: right after an abort, OpenCode 1.18.33 may fail the next
@@ -492,7 +492,7 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	parent := newSession(t, c, "follow-up parent")
-	m := newManager(t, c, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:2"})
 	if err != nil {
@@ -520,7 +520,7 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
 	parent := newSession(t, c, "watchdog parent")
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyNoReply(true),
+	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithStaleTimeout(8*time.Second)) // the streaming tool's 0.5 s gaps grow on a loaded machine
 	caller := asyncagents.Caller{SessionID: parent.ID}
 	streaming, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "streams", Agent: "general",
@@ -560,7 +560,7 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := srv.Client() // scoped to srv.Directory, as a host's client or `asyncagents serve` is
-	m := newManager(t, c, asyncagents.WithNotifyNoReply(true))
+	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ctx := ctxT(t, 90*time.Second)
 	for _, dir := range []string{srv.Directory, other} {
 		parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Directory: dir, Title: "parent in " + filepath.Base(dir)})

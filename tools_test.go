@@ -241,7 +241,7 @@ func TestRealServerTools(t *testing.T) {
 	if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo tool-ctx-42")}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := asyncagents.New(c, asyncagents.WithPollInterval(500*time.Millisecond), asyncagents.WithNotifyNoReply(true))
+	m, err := asyncagents.New(c, asyncagents.WithPollInterval(500*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -304,7 +304,7 @@ func TestBrowserScreenshot(t *testing.T) {
 	model.SetScript(demoScript)
 	srv := opencodetest.Start(t, opencodetest.WithModel(model))
 	e := newRealEnv(t, srv, []asyncagents.Option{asyncagents.WithConcurrency(asyncagents.Limits{Default: 3}),
-		asyncagents.WithNotifyNoReply(true)})
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply)})
 	c := srv.Client()
 	ctx := context.Background()
 	// The first parent did some work that its forked task inherits.

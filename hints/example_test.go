@@ -68,3 +68,13 @@ func ExampleHidden_lastFailed() {
 	// All 3 tasks finished.
 	// Use bg_output tools to see agent responses.
 }
+
+// Two tasks of a parent ended while it was idle, one still runs: the parent is asked for one
+// turn for both.
+func ExampleTurn() {
+	fmt.Println(hints.Turn([]string{"ses_ab12cd34", "ses_ef56ab78"}, []string{"ses_90cdef12"}, ""))
+	// Output:
+	// 2 of your background tasks reported since your last turn: ses_ab12cd34, ses_ef56ab78.
+	// Still running: ses_90cdef12.
+	// Their notifications are above. Use asyncagents_output(task_id="<id>") to read a result.
+}

@@ -128,3 +128,39 @@ func Duration(d time.Duration) string {
 	}
 	return fmt.Sprintf("%ds", s)
 }
+
+// maxListed is how many display ids [Turn] lists on a line before "and N more".
+const maxListed = 10
+
+// Turn returns the prompt that asks a parent's model for one turn after notifications it
+// has not seen yet (their tasks' display ids, ended) were posted without reply, lines joined
+// by "\n":
+//
+//	<n> of your background tasks reported since your last turn: <ids>.
+//	Still running: <ids>.                 while running is not empty, otherwise
+//	No background task is running.
+//	Their notifications are above. Use <prefix>_output(task_id="<id>") to read a result.
+//
+// Each line lists at most 10 ids, then "and <n> more". prefix is the tool-name prefix
+// ([DefaultToolPrefix] when empty).
+func Turn(ended, running []string, prefix string) string {
+	if prefix == "" {
+		prefix = DefaultToolPrefix
+	}
+	lines := []string{fmt.Sprintf("%d of your background tasks reported since your last turn: %s.", len(ended), list(ended))}
+	if len(running) > 0 {
+		lines = append(lines, "Still running: "+list(running)+".")
+	} else {
+		lines = append(lines, "No background task is running.")
+	}
+	lines = append(lines, fmt.Sprintf("Their notifications are above. Use %s_output(task_id=\"<id>\") to read a result.", prefix))
+	return strings.Join(lines, "\n")
+}
+
+// list joins up to maxListed ids with ", ", then says how many more there are.
+func list(ids []string) string {
+	if len(ids) <= maxListed {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:maxListed], ", "), len(ids)-maxListed)
+}

@@ -1,6 +1,8 @@
 package hints_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +51,24 @@ func TestHidden(t *testing.T) {
 	want = "The task failed: boom\nThe task is waiting for a permission answer: bash: /etc/*\nAll 3 tasks finished.\nUse bg_output tools to see agent responses."
 	if done != want {
 		t.Errorf("N-8/N-9: %q", done)
+	}
+}
+
+// N: the turn prompt lists at most 10 ids a line and stays short for 5,000 tasks.
+func TestTurnListsAtMostTenIDs(t *testing.T) {
+	ids := make([]string, 5000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("ses_%08d", i)
+	}
+	got := hints.Turn(ids[:1], ids, "bg")
+	want := "1 of your background tasks reported since your last turn: ses_00000000.\n" +
+		"Still running: ses_00000000, ses_00000001, ses_00000002, ses_00000003, ses_00000004, ses_00000005, " +
+		"ses_00000006, ses_00000007, ses_00000008, ses_00000009 and 4990 more.\n" +
+		"Their notifications are above. Use bg_output(task_id=\"<id>\") to read a result."
+	if got != want {
+		t.Errorf("Turn =\n%s\nwant\n%s", got, want)
+	}
+	if s := hints.Turn(ids, nil, ""); len(s) > 400 || !strings.Contains(s, "No background task is running.") {
+		t.Errorf("Turn for 5,000 ended = %d bytes: %q", len(s), s)
 	}
 }

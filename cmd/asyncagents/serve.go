@@ -49,6 +49,9 @@ idle keep-alive connection is closed after 60 s; headers are limited to 64 KiB; 
 -max-conns connections are open at once on -listen (more wait until one closes). Answers
 are not limited: the status page's event stream and a tool call that streams its answer
 (a blocking output, up to 600 s) last as long as they need.
+Notifications: each run end is posted to its parent session at once without reply, and the
+parent's model is asked for one turn for all it has not seen (-notify wave): when the session
+has no task running, or -wave-window after the last run end while some still run.
 SIGINT or SIGTERM stops it: the Manager and the store are closed, tasks go on running on
 the server and are picked up by the next serve.
 The server's password comes from OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME,
@@ -70,6 +73,8 @@ type serveConfig struct {
 	shutdown                                                time.Duration
 	http                                                    httpLimits
 	bounds                                                  taskBounds
+	notify                                                  asyncagents.NotifyPolicy
+	waveWindow                                              time.Duration
 }
 
 // taskBounds is what serve lets the models start: the Manager's concurrency limits, its cap
@@ -148,8 +153,16 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	fs.IntVar(&c.bounds.perParent, "max-per-parent", c.bounds.perParent, "active (queued, running, resumed) tasks of one session; more is an error for its model (0: no cap)")
 	fs.DurationVar(&c.bounds.deadline, "deadline", c.bounds.deadline, "how long a run may take before it is aborted (0: no limit)")
 	fs.DurationVar(&c.bounds.stale, "stale-timeout", c.bounds.stale, "how long a run may show no activity before it is aborted (0: no limit)")
+	fs.TextVar(&c.notify, "notify", asyncagents.NotifyPerWave,
+		"how a session's notifications ask for its model's turn: wave (one turn for the run ends of a wave), run (one per run end) or none")
+	fs.DurationVar(&c.waveWindow, "wave-window", asyncagents.DefaultWaveWindow,
+		fmt.Sprintf("with -notify wave, how long a turn waits for more runs to end while some still run: 0 to %v", asyncagents.MaxWaveWindow))
 	if err := parse(fs, args, serveHelp); err != nil {
 		return c, nil, err
+	}
+	if c.waveWindow < 0 || c.waveWindow > asyncagents.MaxWaveWindow {
+		fmt.Fprintf(errOut, "%s: bad -wave-window %v: 0 to %v\n", fs.Name(), c.waveWindow, asyncagents.MaxWaveWindow)
+		return c, nil, errUsage
 	}
 	if _, err := c.bounds.options(); err != nil {
 		fmt.Fprintf(errOut, "%s: %v\n", fs.Name(), err)
@@ -285,7 +298,7 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 		return nil, nil, errors.Join(err, store.Close())
 	}
 	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
-		asyncagents.WithToolPrefix(c.prefix))...)
+		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow))...)
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}

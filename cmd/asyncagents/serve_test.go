@@ -472,3 +472,12 @@ func TestServeBesideTheTUI(t *testing.T) {
 		t.Fatalf("the parent in the TUI's server was not notified; serve said:\n%s", s.out)
 	}
 }
+
+// N-10: serve's notification flags: a bad -notify or -wave-window is a usage error naming it.
+func TestServeNotifyFlags(t *testing.T) {
+	for _, bad := range [][]string{{"-notify", "sometimes"}, {"-wave-window", "-1s"}, {"-wave-window", "2h"}} {
+		if code, _, errOut := runCmd(t, append([]string{"serve"}, bad...)...); code != exitUsage || !strings.Contains(errOut, bad[0]) {
+			t.Errorf("serve %q: exit %d, %s", bad, code, errOut)
+		}
+	}
+}

@@ -1,0 +1,381 @@
+package asyncagents_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// promptsClient records the prompt_async posts (the prompts that start a turn) per session,
+// and loses the answers of the next lose of them to session loseIn after the server acted.
+type promptsClient struct {
+	opencode.Client
+	mu      sync.Mutex
+	prompts map[string][]opencode.PromptRequest
+	lose    int
+	loseIn  string
+	fail    map[string]bool // sessions whose prompt_async fails
+}
+
+func (c *promptsClient) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
+	c.mu.Lock()
+	if c.fail[id] {
+		c.mu.Unlock()
+		return errors.New("prompts: connection refused")
+	}
+	c.mu.Unlock()
+	err := c.Client.PromptAsync(ctx, id, req)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		if c.prompts == nil {
+			c.prompts = map[string][]opencode.PromptRequest{}
+		}
+		c.prompts[id] = append(c.prompts[id], req)
+		if c.lose > 0 && id == c.loseIn {
+			c.lose--
+			return errors.New("prompts: connection reset after the request was sent")
+		}
+	}
+	return err
+}
+
+// turnsOf returns the texts of the prompts posted to session id so far.
+func (c *promptsClient) turnsOf(id string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.prompts[id] {
+		var s []string
+		for _, p := range r.Parts {
+			s = append(s, p.Text)
+		}
+		out = append(out, strings.Join(s, "\n"))
+	}
+	return out
+}
+
+func (c *promptsClient) setFail(id string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail == nil {
+		c.fail = map[string]bool{}
+	}
+	c.fail[id] = on
+}
+
+// launchHeld launches n held tasks of caller and waits until each runs.
+func launchHeld(t *testing.T, m *asyncagents.Manager, f *opencodetest.FakeClient, caller asyncagents.Caller, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = launch(t, m, caller, "held").ID
+		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+	}
+	return ids
+}
+
+func release(t *testing.T, f *opencodetest.FakeClient, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// turnStates returns the turn state of each task's first notification.
+func turnStates(m *asyncagents.Manager, ids []string) []asyncagents.TurnState {
+	var out []asyncagents.TurnState
+	for _, id := range ids {
+		tk, err := m.Get(id)
+		if err != nil || len(tk.Notifications) == 0 {
+			out = append(out, "?")
+			continue
+		}
+		out = append(out, tk.Notifications[0].Turn)
+	}
+	return out
+}
+
+func allTurns(m *asyncagents.Manager, ids []string, want asyncagents.TurnState) bool {
+	for _, s := range turnStates(m, ids) {
+		if s != want {
+			return false
+		}
+	}
+	return true
+}
+
+// N-10: runs of one parent that end together cost the parent one turn: each notification is
+// posted without reply at once, then one prompt names them all; the notifications share its
+// id (TurnID).
+func TestWaveRunsEndingTogetherOneTurnN10(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &promptsClient{Client: f}
+	m, caller := streamManager(t, c)
+	ids := launchHeld(t, m, f, caller, 3)
+	release(t, f, ids...)
+	awaitNotified(t, m, 10*time.Second, ids)
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
+	turns := c.turnsOf(caller.SessionID)
+	if len(turns) != 1 {
+		t.Fatalf("parent prompts = %q, want one turn", turns)
+	}
+	if !strings.Contains(turns[0], "3 of your background tasks reported") || !strings.Contains(turns[0], "No background task is running.") {
+		t.Errorf("turn prompt = %q", turns[0])
+	}
+	if got := notifications(t, f, caller.SessionID); len(got) != 3 {
+		t.Errorf("parent has %d notifications, want 3: %q", len(got), got)
+	}
+	var turnIDs []string
+	for _, id := range ids {
+		tk, _ := m.Get(id)
+		turnIDs = append(turnIDs, tk.Notifications[0].TurnID)
+	}
+	if turnIDs[0] == "" || slices.ContainsFunc(turnIDs, func(s string) bool { return s != turnIDs[0] }) {
+		t.Errorf("turn ids = %q, want one shared", turnIDs)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(c.turnsOf(caller.SessionID)); n != 1 {
+		t.Errorf("%d turn prompts after the wave, want 1", n)
+	}
+}
+
+// N-10: while the parent has tasks running, its turn waits for the wave window after the
+// newest run end; a run that ends alone gets its turn after the window, and the last run of
+// the batch gets one at once.
+func TestWaveWindowN10(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &promptsClient{Client: f}
+	const window = 300 * time.Millisecond
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(window))
+	ids := launchHeld(t, m, f, caller, 3)
+	release(t, f, ids[0])
+	awaitNotified(t, m, 10*time.Second, ids[:1])
+	release(t, f, ids[1]) // within the window of the first
+	awaitNotified(t, m, 10*time.Second, ids[1:2])
+	delivered := time.Now()
+	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
+	if d := time.Since(delivered); d < window/2 {
+		t.Errorf("turn %v after the second notification, want about the window (%v)", d, window)
+	}
+	turns := c.turnsOf(caller.SessionID)
+	if !strings.Contains(turns[0], "2 of your background tasks reported") || !strings.Contains(turns[0], "Still running: ") {
+		t.Errorf("first turn = %q", turns[0])
+	}
+	release(t, f, ids[2])
+	awaitNotified(t, m, 10*time.Second, ids[2:])
+	start := time.Now()
+	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 2 })
+	if d := time.Since(start); d > window {
+		t.Errorf("the batch's last turn took %v, want at once", d)
+	}
+	if turns := c.turnsOf(caller.SessionID); !strings.Contains(turns[1], "1 of your background tasks reported") {
+		t.Errorf("second turn = %q", turns[1])
+	}
+}
+
+// N-10: a parent that wrote a message after the notifications (its loop was running, or a
+// prompt came) saw them in that turn: no turn prompt is posted and they are marked seen.
+func TestWaveSeenByTheParentsOwnTurnN10(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &promptsClient{Client: f}
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
+	ids := launchHeld(t, m, f, caller, 2)
+	release(t, f, ids[0])
+	awaitNotified(t, m, 10*time.Second, ids[:1])
+	// The user writes to the parent: its turn has the notification in its context.
+	if err := f.PromptAsync(context.Background(), caller.SessionID, opencode.PromptRequest{
+		Parts: []opencode.TextPartInput{opencode.NewText("what next?")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[:1], asyncagents.TurnSeen) })
+	if turns := c.turnsOf(caller.SessionID); len(turns) != 0 {
+		t.Errorf("turn prompts = %q, want none", turns)
+	}
+	release(t, f, caller.SessionID, ids[1])
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[1:], asyncagents.TurnAsked) })
+	if turns := c.turnsOf(caller.SessionID); len(turns) != 1 || !strings.Contains(turns[0], "1 of your") {
+		t.Errorf("turn prompts = %q, want one for the second task", turns)
+	}
+}
+
+// N-10, R: a turn prompt whose answer was lost after the server stored it is found by its id
+// before the retry and not posted again.
+func TestWaveTurnAnswerLostIsNotDuplicatedN10(t *testing.T) {
+	f := fakeClient(t)
+	caller := fakeParent(t, f)
+	c := &promptsClient{Client: f, lose: 1, loseIn: caller.SessionID}
+	m := newManager(t, c)
+	task := launch(t, m, caller, "RUN:echo once")
+	waitFor(t, 20*time.Second, func() bool { return allTurns(m, []string{task.ID}, asyncagents.TurnAsked) })
+	tk, _ := m.Get(task.ID)
+	if n := tk.Notifications[0]; n.Attempts != 2 || n.TurnID == "" { // the notification, then the lost turn
+		t.Errorf("notification = %+v, want two attempts and a turn id", n)
+	}
+	msgs, err := f.Messages(context.Background(), caller.SessionID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := 0
+	for _, msg := range msgs {
+		if msg.Info.Role == opencode.RoleUser && len(msg.Parts) == 1 && strings.Contains(msg.Parts[0].Text, "reported since your last turn") {
+			turns++
+		}
+	}
+	if turns != 1 || len(c.turnsOf(caller.SessionID)) != 1 {
+		t.Errorf("turn prompts in the parent = %d (posted %d), want 1", turns, len(c.turnsOf(caller.SessionID)))
+	}
+}
+
+// N-10, T-19: a turn still owed when the Manager closes (the parent was unreachable) is asked
+// for, once, by the next Manager on the same store.
+func TestWaveTurnSurvivesCloseN10(t *testing.T) {
+	f := fakeClient(t)
+	caller := fakeParent(t, f)
+	c := &promptsClient{Client: f}
+	c.setFail(caller.SessionID, true)
+	store := &asyncagents.MemoryStore{}
+	m1, err := asyncagents.New(c, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := launch(t, m1, caller, "RUN:echo later")
+	waitFor(t, 20*time.Second, func() bool {
+		tk, _ := m1.Get(task.ID)
+		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 2 && tk.Notifications[0].Turn == asyncagents.TurnOwed
+	})
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.setFail(caller.SessionID, false)
+	m2 := newManager(t, c, asyncagents.WithStore(store))
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m2, []string{task.ID}, asyncagents.TurnAsked) })
+	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+		t.Errorf("parent notifications = %q, want 1", got)
+	}
+	if turns := c.turnsOf(caller.SessionID); len(turns) != 1 {
+		t.Errorf("turn prompts = %q, want 1", turns)
+	}
+}
+
+// N: under NotifyPerRun each notification is its own prompt; under NotifyNoReply none asks
+// for a turn.
+func TestNotifyPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy  asyncagents.NotifyPolicy
+		prompts int
+	}{{asyncagents.NotifyPerRun, 2}, {asyncagents.NotifyNoReply, 0}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			f := fakeClient(t, opencodetest.WithHeldRuns())
+			c := &promptsClient{Client: f}
+			m, caller := streamManager(t, c, asyncagents.WithNotifyPolicy(tc.policy))
+			ids := launchHeld(t, m, f, caller, 2)
+			release(t, f, ids...)
+			awaitNotified(t, m, 10*time.Second, ids)
+			time.Sleep(100 * time.Millisecond)
+			if n := len(c.turnsOf(caller.SessionID)); n != tc.prompts {
+				t.Errorf("%d prompts to the parent, want %d", n, tc.prompts)
+			}
+			if !allTurns(m, ids, "") {
+				t.Errorf("turn states = %q, want none", turnStates(m, ids))
+			}
+		})
+	}
+}
+
+// Bad policies and windows are refused by New.
+func TestNotifyPolicyOptionsValidated(t *testing.T) {
+	f := fakeClient(t)
+	for _, o := range []asyncagents.Option{asyncagents.WithNotifyPolicy(7), asyncagents.WithWaveWindow(-time.Second),
+		asyncagents.WithWaveWindow(2 * asyncagents.MaxWaveWindow)} {
+		if _, err := asyncagents.New(f, o); !errors.Is(err, asyncagents.ErrInvalidInput) {
+			t.Errorf("New = %v, want ErrInvalidInput", err)
+		}
+	}
+	var p asyncagents.NotifyPolicy
+	if err := p.UnmarshalText([]byte("sometimes")); !errors.Is(err, asyncagents.ErrInvalidInput) || p != asyncagents.NotifyPerWave {
+		t.Errorf("UnmarshalText(sometimes) = %v, policy %v", err, p)
+	}
+	for _, name := range []string{"wave", "run", "none"} {
+		if err := p.UnmarshalText([]byte(name)); err != nil || p.String() != name {
+			t.Errorf("UnmarshalText(%s) = %v, policy %v", name, err, p)
+		}
+	}
+}
+
+// N-10 on the real server: three runs of one parent that end together cost the parent's
+// model one request, whose context holds the three notifications (posted without reply) and
+// the turn prompt naming them; each is in the parent once.
+func TestRealServerWaveOneTurnN10(t *testing.T) {
+	t.Parallel()
+	srv := shared.Get(t)
+	c := srv.Client()
+	m, caller := streamManager(t, c)
+	tag := "wave-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	const n = 3
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: tag,
+				Agent: "general", Prompt: "SLEEP:1 (" + tag + " " + strconv.Itoa(i) + ")"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = task.ID
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	awaitNotified(t, m, 60*time.Second, ids)
+	waitFor(t, 30*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
+	var turns []opencodetest.Request
+	waitFor(t, 30*time.Second, func() bool {
+		turns = turns[:0]
+		for _, r := range srv.Model.Requests() {
+			if body := string(r.Body); strings.Contains(body, tag) && strings.Contains(body, "reported since your last turn") {
+				turns = append(turns, r)
+			}
+		}
+		return len(turns) >= 1 && !busy(context.Background(), c, caller.SessionID)
+	})
+	if len(turns) != 1 {
+		t.Fatalf("the parent's model got %d requests, want 1", len(turns))
+	}
+	if body := string(turns[0].Body); strings.Count(body, "Agent \\\""+tag+"\\\" finished") != n {
+		t.Errorf("the turn's request holds %d notifications, want %d", strings.Count(body, "Agent \\\""+tag+"\\\" finished"), n)
+	}
+	msgs, err := c.Messages(context.Background(), caller.SessionID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := notifications(t, c, caller.SessionID); len(got) != n {
+		t.Errorf("parent notifications = %d, want %d", len(got), n)
+	}
+	var users, assistants int
+	for _, msg := range msgs {
+		switch msg.Info.Role {
+		case opencode.RoleUser:
+			users++
+		case opencode.RoleAssistant:
+			assistants++
+		}
+	}
+	if users != n+1 || assistants != 1 {
+		t.Errorf("parent has %d user and %d assistant messages, want %d and 1", users, assistants, n+1)
+	}
+}
