@@ -29,6 +29,7 @@ import (
 //	                         (Notification.Delivered)
 //	idle-turn-p50/max-ms     from a run's idle frame to the first model request of the parent
 //	                         whose context holds its notification
+//	idle-turn-last-ms        the same for the run whose idle came last
 //	lost, dup      notifications never in a request of the parent, and notifications in the
 //	               parent more than once
 //
@@ -57,6 +58,7 @@ func BenchmarkRealServerWavesN10(b *testing.B) {
 						b.ReportMetric(millis(longest(w.visible)), "idle-visible-max-ms")
 						b.ReportMetric(millis(quantile(w.turn, 0.5)), "idle-turn-p50-ms")
 						b.ReportMetric(millis(longest(w.turn)), "idle-turn-max-ms")
+						b.ReportMetric(millis(w.last)/rounds, "idle-turn-last-ms")
 						b.ReportMetric(float64(w.lost), "lost")
 						b.ReportMetric(float64(w.dup), "dup")
 					})
@@ -75,6 +77,7 @@ type waveCase struct {
 type waveResult struct {
 	turns, chars, lost, dup int
 	visible, turn           []time.Duration
+	last                    time.Duration // summed over rounds
 }
 
 // waveRound runs one round of c on srv and adds what it measured to w.
@@ -171,6 +174,8 @@ func waveRound(b *testing.B, srv *opencodetest.Server, c waveCase, w *waveResult
 	if err != nil {
 		b.Fatal(err)
 	}
+	var lastIdle time.Time
+	var lastTurn time.Duration
 	for i, t := range tasks {
 		idle, ok := idles.first(t.ID)
 		if !ok {
@@ -184,6 +189,9 @@ func waveRound(b *testing.B, srv *opencodetest.Server, c waveCase, w *waveResult
 			w.lost++
 		} else {
 			w.turn = append(w.turn, reqs[seen].Time.Sub(idle))
+			if idle.After(lastIdle) {
+				lastIdle, lastTurn = idle, reqs[seen].Time.Sub(idle)
+			}
 		}
 		in := 0
 		for _, msg := range msgs {
@@ -198,6 +206,7 @@ func waveRound(b *testing.B, srv *opencodetest.Server, c waveCase, w *waveResult
 			w.lost++
 		}
 	}
+	w.last += lastTurn
 }
 
 // longest returns the longest of ds, 0 for none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,13 +14,15 @@ import (
 
 // Delivery: parents are served in parallel, at most notifyWorkers at a time, each attempt
 // bounded by the request timeout; the notifications of one parent go one at a time, oldest
-// first. A worker delivers a parent's notifications one after the other while they are due;
+// first, but those posted without reply go up to notifyParallel at a time once the parent's
+// newest message is known (dueRefsLocked). A worker delivers a parent's notifications one after the other while they are due;
 // after notifyBatch of them it gives its place to a parent that waits for a worker, if any. A
 // failed attempt is retried after a delay doubling from notifyBackoffMin to notifyBackoffMax
 // until the horizon (WithNotifyHorizon) has passed since the run ended.
 const (
 	notifyWorkers    = 32
 	notifyBatch      = 16
+	notifyParallel   = 8
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
 	flushTimeout     = 5 * time.Second
@@ -167,8 +170,17 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 			ob.inFlight = false
 			m.readyLocked(parent, ob)
 		case len(ob.queue) > 0:
+			refs := m.dueRefsLocked(parent, ob)
 			m.mu.Unlock()
-			m.deliverNext(ctx, parent)
+			if len(refs) == 1 {
+				m.deliver(ctx, parent, refs[0])
+				continue
+			}
+			var wg sync.WaitGroup
+			for _, ref := range refs {
+				wg.Go(func() { m.deliver(ctx, parent, ref) })
+			}
+			wg.Wait()
 			continue
 		default:
 			m.mu.Unlock()
@@ -211,11 +223,23 @@ func (m *Manager) flushNotifications() {
 	}
 }
 
+// dueRefsLocked returns the notifications of parent's outbox ob that its worker delivers now:
+// the oldest, or, when notifications are posted without reply (they start no turn, so their
+// order among themselves does not matter) and the parent's newest message is known (no read
+// of it per notification), up to notifyParallel of the oldest at once.
+func (m *Manager) dueRefsLocked(parent string, ob *outbox) []noteRef {
+	n := 1
+	if m.cfg.notifyPolicy != NotifyPerRun && len(ob.queue) > 1 {
+		if _, ok := m.notes.heads.known(parent, m.mirrors.live.Load(), m.now()); ok {
+			n = min(len(ob.queue), notifyParallel)
+		}
+	}
+	return slices.Clone(ob.queue[:n])
+}
+
 // deliverNext makes one attempt at parent's oldest pending notification and reports
-// whether it is done with it (delivered, failed or gone). The caller has the parent: no
-// other goroutine delivers its notifications meanwhile.
+// whether it is done with it (delivered, failed or gone). The caller has the parent.
 func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
-	defer m.recoverAndLog("delivering a notification")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	if ob == nil || len(ob.queue) == 0 {
@@ -223,13 +247,24 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		return false
 	}
 	ref := ob.queue[0]
+	m.mu.Unlock()
+	return m.deliver(ctx, parent, ref)
+}
+
+// deliver makes one attempt at parent's pending notification ref and reports whether it is
+// done with it (delivered, failed or gone). The caller has the parent: no goroutine but those
+// it started delivers its notifications meanwhile, and no two deliver the same one.
+func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done bool) {
+	defer m.recoverAndLog("delivering a notification")
+	m.mu.Lock()
+	ob := m.notes.outboxes[parent]
 	e := m.tasks[ref.task]
 	var note *Notification
 	if e != nil {
 		note = noteLocked(e, ref.key)
 	}
 	if note == nil || note.State != NotificationPending { // cleared meanwhile
-		ob.pop()
+		ob.remove(ref)
 		m.mu.Unlock()
 		return true
 	}
@@ -246,7 +281,7 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	}()
 	note = noteLocked(e, ref.key)
 	if note == nil || e.removed {
-		ob.pop()
+		ob.remove(ref)
 		return true
 	}
 	now := m.now()
@@ -276,15 +311,23 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", note.Key, "attempt", note.Attempts, "next", note.Next, "err", err)
 		return false
 	}
-	ob.pop()
+	ob.remove(ref)
 	ob.next = time.Time{}
 	return true
 }
 
-// pop drops the oldest notification of the queue.
-func (ob *outbox) pop() {
-	ob.queue[0] = noteRef{}
-	ob.queue = ob.queue[1:]
+// remove drops ref from the queue: usually the oldest.
+func (ob *outbox) remove(ref noteRef) {
+	i := slices.Index(ob.queue, ref)
+	switch {
+	case i < 0:
+		return
+	case i == 0:
+		ob.queue[0] = noteRef{}
+		ob.queue = ob.queue[1:]
+	default:
+		ob.queue = slices.Delete(ob.queue, i, i+1)
+	}
 	if len(ob.queue) == 0 {
 		ob.queue = nil // let a burst's backing array go
 	}

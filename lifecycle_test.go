@@ -134,10 +134,11 @@ func TestBlockedOutputsPerRunT10(t *testing.T) {
 }
 
 // N, P-3: a parent's notifications of a burst of run ends arrive one each, one at a time, in
-// the order the runs ended, while another parent's arrive too.
+// the order the runs ended, while another parent's arrive too, when each is a prompt
+// (NotifyPerRun). Without reply, up to 8 go at once and only their groups are in order.
 func TestNotificationBurstInOrderN(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
+	m := newManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
 	busy, other := fakeParent(t, f), fakeParent(t, f)
 	var tasks []asyncagents.Task
 	for i := range 120 {
