@@ -4,6 +4,8 @@
 #               race tests including the real-server suite (what CI runs)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
+#   make bench-waves  what a parent's notifications cost its model on a real server: turns,
+#               characters and latencies per notification policy (takes minutes, not run by test or bench)
 #   make bench-fork  a forked launch's read of long parents imported into a real server, whole and
 #               paged: server, decode and pipeline time (P-4; takes minutes, not run by test or bench)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
@@ -29,7 +31,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race demo bench bench-fork testdata opencode browser test-versions clean
+.PHONY: all test vet compat fmt-check race demo bench bench-waves bench-fork testdata opencode browser test-versions clean
 
 all: test
 
@@ -93,6 +95,11 @@ demo: opencode
 
 bench: opencode
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-waves runs tasks of one parent on a real server, ending together or over 5 s, the parent
+# idle or busy, under each notification policy, and reports the parent's turns and latencies.
+bench-waves: opencode
+	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWavesN10 -benchtime 1x -timeout 30m .
 
 # bench-fork imports generated parents of 1,000, 5,000 and 20,000 messages, without compaction and
 # with a compaction boundary 500 messages from the end, into a real server (opencode import), and

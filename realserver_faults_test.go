@@ -342,6 +342,10 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 		// OpenCode answers 204 and never stores the message (seen right after a restart).
 		{"prompt_async acknowledged, not stored", asyncagents.NotifyPerRun, "POST /session/%s/prompt_async",
 			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
+		// The same two faults on the prompt asking for the parent's turn (N-10).
+		{"turn prompt", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
+		{"turn prompt acknowledged, not stored", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async",
+			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -352,13 +356,44 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 			tc.fault.Pattern = fmt.Sprintf(tc.route, parent.SessionID)
 			drop := proxy.Inject(tc.fault)
 			task := launch(t, m, parent, "RUN:echo lost")
-			waitFor(t, 40*time.Second, func() bool { return delivered(m, task.ID) && note(m, task.ID).Attempts >= 2 })
-			if n := note(m, task.ID); n.Attempts != 2 || drop.Hits() != 1 {
-				t.Errorf("notification %+v after %d dropped answers; want 2 attempts", n, drop.Hits())
+			want := 2 // the lost post, then the check that found it or the post again
+			if tc.policy == asyncagents.NotifyPerWave && tc.fault.Status == http.StatusNoContent {
+				want = 1 // found missing later: asked again without a failed attempt
+			}
+			waitFor(t, 40*time.Second, func() bool {
+				return delivered(m, task.ID) && note(m, task.ID).Attempts >= want && drop.Hits() == 1
+			})
+			if n := note(m, task.ID); n.Attempts != want || drop.Hits() != 1 {
+				t.Errorf("notification %+v after %d dropped answers; want %d attempts", n, drop.Hits(), want)
+			}
+			if tc.policy == asyncagents.NotifyPerWave {
+				waitFor(t, 30*time.Second, func() bool {
+					return note(m, task.ID).Turn == asyncagents.TurnAsked && countTurnPrompts(t, srv.Client(), parent.SessionID) == 1
+				})
+				time.Sleep(3 * time.Second) // a turn prompt posted twice would be stored by now
+				if n := countTurnPrompts(t, srv.Client(), parent.SessionID); n != 1 {
+					t.Errorf("the parent has %d turn prompts, want 1", n)
+				}
 			}
 			settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
 		})
 	}
+}
+
+// countTurnPrompts returns how many prompts asking for a turn the parent session has.
+func countTurnPrompts(t *testing.T, c opencode.Client, parent string) int {
+	t.Helper()
+	msgs, err := c.Messages(context.Background(), parent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, msg := range msgs {
+		if msg.Info.Role == opencode.RoleUser && len(msg.Parts) == 1 && strings.Contains(msg.Parts[0].Text, "reported since your last turn") {
+			n++
+		}
+	}
+	return n
 }
 
 // N: while parent A is unreachable (its connections reset), parent B's notification is
