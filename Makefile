@@ -99,7 +99,7 @@ bench: opencode
 # bench-waves runs tasks of one parent on a real server, ending together or over 5 s, the parent
 # idle or busy, under each notification policy, and reports the parent's turns and latencies.
 bench-waves: opencode
-	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWavesN10 -benchtime 1x -timeout 30m .
+	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWavesN -benchtime 1x -timeout 30m .
 
 # bench-fork imports generated parents of 1,000, 5,000 and 20,000 messages, without compaction and
 # with a compaction boundary 500 messages from the end, into a real server (opencode import), and

@@ -265,27 +265,9 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 	}
 
 	// Until every task ended and its parent was notified.
-	var tasks []asyncagents.Task
-	for {
-		tasks = tasks[:0]
-		all := true
-		for _, id := range ids {
-			t, err := m.Get(id)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tasks = append(tasks, t)
-			all = all && t.Status.Terminal() && len(t.Notifications) > 0 && t.Notifications[0].State != asyncagents.NotificationPending
-		}
-		if all {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			b.Fatal("the tasks did not end in time")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	tasks := awaitTasks(b, ctx, m, ids, func(t asyncagents.Task) bool {
+		return t.Status.Terminal() && len(t.Notifications) > 0 && t.Notifications[0].State != asyncagents.NotificationPending
+	}, nil)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, t := range tasks {
@@ -318,6 +300,32 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 			b.Fatal(err)
 		}
 		r.quiet = append(r.quiet, time.Since(t0))
+	}
+}
+
+// awaitTasks polls m's tasks ids every 20 ms until each is done and then more, when not nil,
+// reports true, and returns them; it fails b when ctx ends first.
+func awaitTasks(b testing.TB, ctx context.Context, m *asyncagents.Manager, ids []string, done func(asyncagents.Task) bool, more func() bool) []asyncagents.Task {
+	var tasks []asyncagents.Task
+	for {
+		tasks = tasks[:0]
+		all := true
+		for _, id := range ids {
+			t, err := m.Get(id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tasks = append(tasks, t)
+			all = all && done(t)
+		}
+		if all && (more == nil || more()) {
+			return tasks
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatal("the tasks did not end in time")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-// BenchmarkRealServerWavesN10 measures what a parent's notifications cost its model, on the
+// BenchmarkRealServerWavesN measures what a parent's notifications cost its model, on the
 // real server with the scripted model recording every request: tasks of one parent end
 // together (each run 2 s) or spread evenly over 5 s (runs of 1 to 6 s), while the parent is
 // idle, or busy in a turn of its own (a 7 s model step started before the launches), under
@@ -34,7 +34,7 @@ import (
 //	               parent more than once
 //
 // It takes minutes, so it runs only when ASYNCAGENTS_BENCH_WAVES is set (make bench-waves).
-func BenchmarkRealServerWavesN10(b *testing.B) {
+func BenchmarkRealServerWavesN(b *testing.B) {
 	if os.Getenv("ASYNCAGENTS_BENCH_WAVES") == "" {
 		b.Skip("set ASYNCAGENTS_BENCH_WAVES=1 (make bench-waves): it takes minutes")
 	}
@@ -130,31 +130,16 @@ func waveRound(b *testing.B, srv *opencodetest.Server, c waveCase, w *waveResult
 		b.FailNow()
 	}
 	// Until every notification is delivered and the parent's last turn ended.
-	var tasks []asyncagents.Task
-	for {
-		tasks = tasks[:0]
-		all := true
-		for _, id := range ids {
-			t, err := m.Get(id)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tasks = append(tasks, t)
-			all = all && t.Status.Terminal() && len(t.Notifications) > 0 && t.Notifications[0].State == asyncagents.NotificationDelivered &&
-				t.Notifications[0].Turn != asyncagents.TurnOwed
+	tasks := awaitTasks(b, ctx, m, ids, func(t asyncagents.Task) bool {
+		return t.Status.Terminal() && len(t.Notifications) > 0 && t.Notifications[0].State == asyncagents.NotificationDelivered &&
+			t.Notifications[0].Turn != asyncagents.TurnOwed
+	}, func() bool {
+		if busy(ctx, client, parent.ID) {
+			return false
 		}
-		if all && !busy(ctx, client, parent.ID) {
-			time.Sleep(500 * time.Millisecond) // a turn asked for last is seen busy
-			if !busy(ctx, client, parent.ID) {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			b.Fatal("the tasks did not end in time")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		time.Sleep(500 * time.Millisecond) // a turn asked for last is seen busy
+		return !busy(ctx, client, parent.ID)
+	})
 
 	// The parent's requests after the launches: those whose context holds this round's tag.
 	var reqs []opencodetest.Request

@@ -342,7 +342,7 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 		// OpenCode answers 204 and never stores the message (seen right after a restart).
 		{"prompt_async acknowledged, not stored", asyncagents.NotifyPerRun, "POST /session/%s/prompt_async",
 			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
-		// The same two faults on the prompt asking for the parent's turn (N-10).
+		// The same two faults on the prompt asking for the parent's turn (one turn per wave).
 		{"turn prompt", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
 		{"turn prompt acknowledged, not stored", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async",
 			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},

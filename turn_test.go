@@ -116,10 +116,10 @@ func allTurns(m *asyncagents.Manager, ids []string, want asyncagents.TurnState) 
 	return true
 }
 
-// N-10: runs of one parent that end together cost the parent one turn: each notification is
+// N: runs of one parent that end together cost the parent one turn: each notification is
 // posted without reply at once, then one prompt names them all; the notifications share its
 // id (TurnID).
-func TestWaveRunsEndingTogetherOneTurnN10(t *testing.T) {
+func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c)
@@ -151,10 +151,10 @@ func TestWaveRunsEndingTogetherOneTurnN10(t *testing.T) {
 	}
 }
 
-// N-10: while the parent has tasks running, its turn waits for the wave window after the
+// N: while the parent has tasks running, its turn waits for the wave window after the
 // newest run end; a run that ends alone gets its turn after the window, and the last run of
 // the batch gets one at once.
-func TestWaveWindowN10(t *testing.T) {
+func TestWaveWindowN(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	const window = 300 * time.Millisecond
@@ -185,9 +185,9 @@ func TestWaveWindowN10(t *testing.T) {
 	}
 }
 
-// N-10: a parent that wrote a message after the notifications (its loop was running, or a
+// N: a parent that wrote a message after the notifications (its loop was running, or a
 // prompt came) saw them in that turn: no turn prompt is posted and they are marked seen.
-func TestWaveSeenByTheParentsOwnTurnN10(t *testing.T) {
+func TestWaveSeenByTheParentsOwnTurnN(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
@@ -210,9 +210,9 @@ func TestWaveSeenByTheParentsOwnTurnN10(t *testing.T) {
 	}
 }
 
-// N-10, R: a turn prompt whose answer was lost after the server stored it is found by its id
+// N, R: a turn prompt whose answer was lost after the server stored it is found by its id
 // before the retry and not posted again.
-func TestWaveTurnAnswerLostIsNotDuplicatedN10(t *testing.T) {
+func TestWaveTurnAnswerLostIsNotDuplicatedN(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &promptsClient{Client: f, lose: 1, loseIn: caller.SessionID}
@@ -223,24 +223,14 @@ func TestWaveTurnAnswerLostIsNotDuplicatedN10(t *testing.T) {
 	if n := tk.Notifications[0]; n.Attempts != 2 || n.TurnID == "" { // the notification, then the lost turn
 		t.Errorf("notification = %+v, want two attempts and a turn id", n)
 	}
-	msgs, err := f.Messages(context.Background(), caller.SessionID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	turns := 0
-	for _, msg := range msgs {
-		if msg.Info.Role == opencode.RoleUser && len(msg.Parts) == 1 && strings.Contains(msg.Parts[0].Text, "reported since your last turn") {
-			turns++
-		}
-	}
-	if turns != 1 || len(c.turnsOf(caller.SessionID)) != 1 {
+	if turns := countTurnPrompts(t, f, caller.SessionID); turns != 1 || len(c.turnsOf(caller.SessionID)) != 1 {
 		t.Errorf("turn prompts in the parent = %d (posted %d), want 1", turns, len(c.turnsOf(caller.SessionID)))
 	}
 }
 
-// N-10, T-19: a turn still owed when the Manager closes (the parent was unreachable) is asked
+// N, T-19: a turn still owed when the Manager closes (the parent was unreachable) is asked
 // for, once, by the next Manager on the same store.
-func TestWaveTurnSurvivesCloseN10(t *testing.T) {
+func TestWaveTurnSurvivesCloseN(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &promptsClient{Client: f}
@@ -314,10 +304,10 @@ func TestNotifyPolicyOptionsValidated(t *testing.T) {
 	}
 }
 
-// N-10 on the real server: three runs of one parent that end together cost the parent's
+// N on the real server: three runs of one parent that end together cost the parent's
 // model one request, whose context holds the three notifications (posted without reply) and
 // the turn prompt naming them; each is in the parent once.
-func TestRealServerWaveOneTurnN10(t *testing.T) {
+func TestRealServerWaveOneTurnN(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -377,5 +367,70 @@ func TestRealServerWaveOneTurnN10(t *testing.T) {
 	}
 	if users != n+1 || assistants != 1 {
 		t.Errorf("parent has %d user and %d assistant messages, want %d and 1", users, assistants, n+1)
+	}
+}
+
+// N: while runs of the parent keep ending within the wave window of each other, its turn
+// waits at most 5 windows after the first notification it covers.
+func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &promptsClient{Client: f}
+	const window = 200 * time.Millisecond
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(window))
+	ids := launchHeld(t, m, f, caller, 21) // the last one keeps running
+	start := time.Now()
+	for _, id := range ids[:20] { // one run end every 100 ms for 2 s: never a quiet window
+		release(t, f, id)
+		time.Sleep(window / 2)
+		if len(c.turnsOf(caller.SessionID)) > 0 {
+			break
+		}
+	}
+	if len(c.turnsOf(caller.SessionID)) == 0 {
+		t.Fatalf("no turn within %v of run ends that kept coming, want one after about %v", time.Since(start), 5*window)
+	}
+	if d := time.Since(start); d < 4*window {
+		t.Errorf("turn after %v, want about %v", d, 5*window)
+	}
+}
+
+// concurrentPrompts records the most Prompt calls (posts without reply) in flight at once.
+type concurrentPrompts struct {
+	opencode.Client
+	mu        sync.Mutex
+	now, most int
+}
+
+func (c *concurrentPrompts) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	c.mu.Lock()
+	c.now++
+	c.most = max(c.most, c.now)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.now--
+		c.mu.Unlock()
+	}()
+	time.Sleep(20 * time.Millisecond) // a server's answer
+	return c.Client.Prompt(ctx, id, req)
+}
+
+// N: a burst of one parent's notifications, posted without reply, goes up to 8 at once, each
+// once.
+func TestWaveNotificationsPostedEightAtOnceN(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &concurrentPrompts{Client: f}
+	m, caller := streamManager(t, c)
+	ids := launchHeld(t, m, f, caller, 30)
+	release(t, f, ids...)
+	awaitNotified(t, m, 20*time.Second, ids)
+	c.mu.Lock()
+	most := c.most
+	c.mu.Unlock()
+	if most < 2 || most > 8 {
+		t.Errorf("at most %d notifications were posted at once, want 2 to 8", most)
+	}
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Errorf("parent has %d notifications, want %d", len(got), len(ids))
 	}
 }

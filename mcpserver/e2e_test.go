@@ -231,6 +231,12 @@ func (f *fixture) script(r *opencodetest.Request) (opencodetest.Reply, bool) {
 	return opencodetest.Reply{}, false
 }
 
+// notified reports whether a parent's last user message is a notification, or the prompt
+// asking for a turn after notifications (the Manager's default policy posts one after them).
+func notified(last string) bool {
+	return strings.Contains(last, "finished in") || strings.Contains(last, "reported since your last turn")
+}
+
 func offered(r *opencodetest.Request, tool string) bool {
 	for _, name := range r.Tools {
 		if name == tool {
@@ -389,7 +395,7 @@ func testEndToEnd(t *testing.T, f *fixture, fork bool) {
 				return opencodetest.CallTool("asyncagents_task", string(taskArgs)), true
 			}
 			return opencodetest.Text("launched"), true
-		case strings.Contains(last, "finished in"): // the notification (N-1)
+		case notified(last): // the notification (N-1), or the prompt for the turn after it
 			switch {
 			case len(results) == 0:
 				return opencodetest.CallTool("asyncagents_output", fmt.Sprintf(`{"task_id":%q}`, launchedID(r))), true
@@ -457,7 +463,7 @@ func testEndToEnd(t *testing.T, f *fixture, fork bool) {
 		case r.Kind != opencodetest.KindChat:
 		case strings.Contains(last, childPrompt):
 			child = append(child, r)
-		case r.Contains(key) && strings.Contains(last, "finished in"):
+		case r.Contains(key) && notified(last):
 			if final == nil || len(r.ToolResultsSinceUser()) > len(final.ToolResultsSinceUser()) {
 				final = &r
 			}

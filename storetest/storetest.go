@@ -475,6 +475,8 @@ func FullTask(id string, n int) asyncagents.Task {
 				Next:      started.Add(14 * time.Second),
 				Delivered: started.Add(15 * time.Second),
 				Error:     "502 Bad Gateway",
+				Turn:      asyncagents.TurnAsked,
+				TurnID:    "msg_turn_0",
 			},
 			{
 				Key:     fmt.Sprintf("%s/%d/completed", id, n%3+1),

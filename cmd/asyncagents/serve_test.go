@@ -473,7 +473,7 @@ func TestServeBesideTheTUI(t *testing.T) {
 	}
 }
 
-// N-10: serve's notification flags: a bad -notify or -wave-window is a usage error naming it.
+// N: serve's notification flags: a bad -notify or -wave-window is a usage error naming it.
 func TestServeNotifyFlags(t *testing.T) {
 	for _, bad := range [][]string{{"-notify", "sometimes"}, {"-wave-window", "-1s"}, {"-wave-window", "2h"}} {
 		if code, _, errOut := runCmd(t, append([]string{"serve"}, bad...)...); code != exitUsage || !strings.Contains(errOut, bad[0]) {
