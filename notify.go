@@ -37,7 +37,7 @@ type Notification struct {
 	// MessageID is the id of the parent's message that carries the notification, set before
 	// it is first posted.
 	MessageID string    `json:"messageID,omitempty"`
-	Attempts  int       `json:"attempts,omitempty"` // delivery attempts so far
+	Attempts  int       `json:"attempts,omitempty"` // delivery attempts so far, and failed ones at its turn prompt
 	Created   time.Time `json:"created"`            // when the run ended
 	Next      time.Time `json:"next,omitzero"`      // the next attempt, while pending
 	Delivered time.Time `json:"delivered,omitzero"` // when the parent got it
