@@ -120,7 +120,7 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 			switch {
 			case n.State == NotificationPending:
 				pending = append(pending, noteRef{task: t.ID, key: n.Key})
-			case n.State == NotificationDelivered && n.Turn == TurnOwed:
+			case n.State == NotificationDelivered && n.Turn == TurnOwed && m.cfg.notifyPolicy != NotifyNoReply:
 				owed = append(owed, noteRef{task: t.ID, key: n.Key})
 			default:
 				continue
@@ -135,7 +135,8 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 		sort.SliceStable(refs, func(i, j int) bool { return created[refs[i].key].Before(created[refs[j].key]) })
 	}
 	for _, ref := range pending { // what the last Manager did not deliver
-		m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
+		ob := m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
+		ob.lastEnd = latest(ob.lastEnd, created[ref.key])
 	}
 	for _, ref := range owed { // the turns it did not ask for
 		parent := m.tasks[ref.task].task.ParentSessionID

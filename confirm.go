@@ -150,7 +150,7 @@ func (m *Manager) checkPosted() {
 		if p.turn != nil {
 			m.cfg.logger.Warn("asyncagents: the server acknowledged a turn prompt and did not store it; asking again",
 				"parent", p.parent, "message", id)
-			m.reoweLocked(p.parent, p.turn)
+			m.reoweLocked(p.parent, p.turn, id)
 			changed := m.entriesLocked(p.turn)
 			m.mu.Unlock()
 			for _, e := range changed {
@@ -170,6 +170,7 @@ func (m *Manager) checkPosted() {
 		m.cfg.logger.Warn("asyncagents: the server acknowledged a notification and did not store it; posting it again",
 			"key", p.key, "message", id)
 		note.State, note.Delivered, note.Error = NotificationPending, time.Time{}, "the server acknowledged the notification and did not store it"
+		m.notes.heads.forget(p.parent) // it was raised to the id that is not there
 		m.changedLocked(e)
 		m.queueLocked(p.parent, noteRef{task: p.task, key: p.key})
 		m.mu.Unlock()

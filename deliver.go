@@ -50,9 +50,11 @@ type outbox struct {
 	next     time.Time // no attempt before this (a retry's backoff)
 
 	owed      []noteRef // delivered without reply, not seen by a turn of the parent yet
-	firstOwed time.Time // when the run of owed[0] ended
+	firstOwed time.Time // when the first of the owed notifications was created
 	lastEnd   time.Time // when the parent's newest notification was created
 	turnID    string    // the prompt asking for the owed turn, when posted before
+	turnNext  time.Time // no attempt at the owed turn before this (a retry's backoff)
+	turnFails int       // failed attempts at the owed turn in a row
 }
 
 // notifyLoop hands the parents whose next notification is due to delivery goroutines, in the
@@ -93,7 +95,7 @@ func (m *Manager) retryDueLocked() time.Duration {
 			if ob.inFlight || ob.ready {
 				continue
 			}
-			due, ok := m.dueLocked(parent, ob)
+			due, _, ok := m.dueLocked(parent, ob)
 			switch {
 			case !ok:
 			case !due.After(now):
@@ -149,13 +151,13 @@ func (m *Manager) notifyWorker(parent string, sem chan struct{}, workers *sync.W
 // drain delivers parent's due notifications, oldest first, then asks for the parent's owed
 // turn when it is due (turn.go), for the worker that has the parent (its outbox is in
 // flight), and gives the parent up: when it has nothing left to do, when it must wait for a
-// retry or its turn (returning when), when the Manager closes, or after notifyBatch steps
-// while another parent waits for a worker.
+// retry or its turn (returning when), when the Manager closes, or after notifyBatch
+// notifications while another parent waits for a worker.
 func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
-	for n := 1; ; n++ {
+	for sent := 0; ; {
 		m.mu.Lock()
 		ob := m.notes.outboxes[parent]
-		due, ok := m.dueLocked(parent, ob)
+		due, turn, ok := m.dueLocked(parent, ob)
 		switch {
 		case !ok:
 			ob.inFlight = false
@@ -166,12 +168,17 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 			retry = due
 		case ctx.Err() != nil:
 			ob.inFlight = false // flushNotifications takes it
-		case n > notifyBatch && len(m.notes.ready) > 0:
+		case sent >= notifyBatch && len(m.notes.ready) > 0:
 			ob.inFlight = false
 			m.readyLocked(parent, ob)
-		case len(ob.queue) > 0:
+		case turn:
+			m.mu.Unlock()
+			m.askTurn(ctx, parent)
+			continue
+		default:
 			refs := m.dueRefsLocked(parent, ob)
 			m.mu.Unlock()
+			sent += len(refs)
 			if len(refs) == 1 {
 				m.deliver(ctx, parent, refs[0])
 				continue
@@ -182,26 +189,28 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 			}
 			wg.Wait()
 			continue
-		default:
-			m.mu.Unlock()
-			m.askTurn(ctx, parent)
-			continue
 		}
 		m.mu.Unlock()
 		return retry
 	}
 }
 
-// dueLocked returns when parent's outbox has something to do next: its oldest notification
-// (after a retry's backoff), or else its owed turn; false when it has nothing to do.
-func (m *Manager) dueLocked(parent string, ob *outbox) (time.Time, bool) {
+// dueLocked returns when parent's outbox has something to do next, and whether that is its
+// owed turn: its oldest notification (after a retry's backoff) comes first, and the owed turn
+// when no notification is queued, or when those queued wait for a retry (one that keeps
+// failing does not hold up the turn of those delivered); false when it has nothing to do.
+func (m *Manager) dueLocked(parent string, ob *outbox) (at time.Time, turn, ok bool) {
 	switch {
+	case len(ob.owed) > 0 && (len(ob.queue) == 0 || ob.next.After(m.now())):
+		at = latest(ob.turnNext, m.turnDueLocked(parent, ob))
+		if len(ob.queue) > 0 && ob.next.Before(at) {
+			return ob.next, false, true
+		}
+		return at, true, true
 	case len(ob.queue) > 0:
-		return ob.next, true
-	case len(ob.owed) > 0:
-		return latest(ob.next, m.turnDueLocked(parent, ob)), true
+		return ob.next, false, true
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
 }
 
 // flushNotifications gives each parent's pending notifications, in order, one attempt.
@@ -312,7 +321,9 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 		return false
 	}
 	ob.remove(ref)
-	ob.next = time.Time{}
+	if !ob.next.After(now) { // not a retry another notification of the parent waits for
+		ob.next = time.Time{}
+	}
 	return true
 }
 

@@ -33,10 +33,11 @@ import (
 const waveMaxWindows = 5
 
 // turnDueLocked returns when parent's owed turn is due: at once when the parent has no active
-// task, otherwise a wave window after its newest notification, and at most waveMaxWindows
-// windows after the first one the turn covers.
+// task (none queued, running or resumed, and no launch under way), otherwise a wave window
+// after its newest notification, and at most waveMaxWindows windows after the first one the
+// turn covers.
 func (m *Manager) turnDueLocked(parent string, ob *outbox) time.Time {
-	if _, open := m.open[parent]; !open {
+	if m.slots.activeOf[parent] == 0 {
 		return time.Time{}
 	}
 	w := m.cfg.waveWindow
@@ -46,7 +47,7 @@ func (m *Manager) turnDueLocked(parent string, ob *outbox) time.Time {
 // oweTurnLocked records that ref, a notification of parent's outbox ob whose run ended at
 // ended, was delivered without reply and waits for a turn.
 func (m *Manager) oweTurnLocked(ob *outbox, ref noteRef, ended time.Time) {
-	if len(ob.owed) == 0 {
+	if len(ob.owed) == 0 || ended.Before(ob.firstOwed) {
 		ob.firstOwed = ended
 	}
 	ob.owed = append(ob.owed, ref)
@@ -76,14 +77,19 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	now := m.now()
 	switch {
 	case err == nil:
-		state := TurnAsked
+		state, covered := TurnAsked, a.refs
 		if seen {
 			state = TurnSeen
 		}
-		m.turnDoneLocked(a.refs, state, id, "")
-		m.unoweLocked(ob, a.refs)
+		if id != "" && id == a.prev {
+			// An earlier attempt's prompt landed: it covers the notifications posted before
+			// it, not those delivered since, which stay owed.
+			covered = m.postedBeforeLocked(a.refs, id)
+		}
+		m.turnDoneLocked(covered, state, id, "")
+		m.unoweLocked(ob, covered)
 		if id != "" && !confirmed {
-			m.awaitPosted(id, posted{parent: parent, turn: a.refs, at: now})
+			m.awaitPosted(id, posted{parent: parent, turn: covered, at: now})
 		}
 	case errors.Is(err, opencode.ErrNotFound) || now.Sub(ob.firstOwed) >= m.cfg.notifyHorizon:
 		// The parent is gone, or the horizon has passed: the notifications stay in the
@@ -92,21 +98,20 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		m.turnDoneLocked(a.refs, "", "", "turn not asked: "+err.Error())
 		m.unoweLocked(ob, a.refs)
 	default:
-		attempts := 0
 		for _, r := range a.refs {
 			if e := m.tasks[r.task]; e != nil {
 				if note := noteLocked(e, r.key); note != nil {
 					note.Attempts++
-					attempts = max(attempts, note.Attempts)
 				}
 			}
 		}
 		if id != "" {
 			ob.turnID = id
 		}
-		d := notifyBackoffMin << min(max(attempts-1, 0), 16)
-		ob.next = now.Add(min(d, notifyBackoffMax))
-		m.cfg.logger.Warn("asyncagents: asking for a parent's turn failed, retrying", "parent", parent, "next", ob.next, "err", err)
+		ob.turnFails++
+		d := notifyBackoffMin << min(ob.turnFails-1, 16)
+		ob.turnNext = now.Add(min(d, notifyBackoffMax))
+		m.cfg.logger.Warn("asyncagents: asking for a parent's turn failed, retrying", "parent", parent, "next", ob.turnNext, "err", err)
 	}
 	changed := m.entriesLocked(a.refs)
 	m.mu.Unlock()
@@ -123,7 +128,7 @@ func (m *Manager) unoweLocked(ob *outbox, refs []noteRef) {
 		done[r] = true
 	}
 	ob.owed = slices.DeleteFunc(ob.owed, func(r noteRef) bool { return done[r] })
-	ob.turnID, ob.next = "", time.Time{}
+	ob.turnID, ob.turnNext, ob.turnFails = "", time.Time{}, 0
 	if len(ob.owed) == 0 {
 		ob.owed = nil
 		return
@@ -136,6 +141,20 @@ func (m *Manager) unoweLocked(ob *outbox, refs []noteRef) {
 			}
 		}
 	}
+}
+
+// postedBeforeLocked returns the notifications of refs posted before message id (their
+// message ids sort before it: the Manager chose each newer than the parent's newest).
+func (m *Manager) postedBeforeLocked(refs []noteRef, id string) []noteRef {
+	var out []noteRef
+	for _, r := range refs {
+		if e := m.tasks[r.task]; e != nil {
+			if note := noteLocked(e, r.key); note != nil && note.MessageID < id {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }
 
 // turnAskLocked gathers what an attempt at parent's owed turn needs. The turn prompt names
@@ -238,34 +257,31 @@ func (m *Manager) entriesLocked(refs []noteRef) []*entry {
 	return out
 }
 
-// reoweLocked makes the notifications refs, whose turn prompt the server acknowledged and
-// did not store, owed again, and readies their parent.
-func (m *Manager) reoweLocked(parent string, refs []noteRef) {
-	ob := m.outboxLocked(parent)
-	n := len(ob.owed)
+// reoweLocked makes the notifications refs owed again: their turn prompt, message id, the
+// server acknowledged and did not store. It forgets the parent's newest message id, which
+// was raised to that prompt's, and readies the parent.
+func (m *Manager) reoweLocked(parent string, refs []noteRef, id string) {
+	var back []noteRef
 	for _, r := range refs {
 		e := m.tasks[r.task]
 		if e == nil || e.removed {
 			continue
 		}
-		if note := noteLocked(e, r.key); note != nil && note.Turn == TurnAsked {
+		if note := noteLocked(e, r.key); note != nil && note.Turn == TurnAsked && note.TurnID == id {
 			note.Turn, note.TurnID = TurnOwed, ""
 			m.changedLocked(e)
-			if len(ob.owed) == 0 || note.Created.Before(ob.firstOwed) {
-				ob.firstOwed = note.Created
-			}
-			ob.owed = append(ob.owed, r)
+			back = append(back, r)
 		}
 	}
-	if len(ob.owed) == n {
-		if n == 0 {
-			delete(m.notes.outboxes, parent)
-		}
+	if len(back) == 0 {
 		return
 	}
-	if ob.next.IsZero() {
-		m.readyLocked(parent, ob)
+	m.notes.heads.forget(parent)
+	ob := m.outboxLocked(parent)
+	for _, r := range back {
+		m.oweTurnLocked(ob, r, noteLocked(m.tasks[r.task], r.key).Created)
 	}
+	m.readyLocked(parent, ob)
 }
 
 func earliest(a, b time.Time) time.Time {

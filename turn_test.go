@@ -434,3 +434,79 @@ func TestWaveNotificationsPostedEightAtOnceN(t *testing.T) {
 		t.Errorf("parent has %d notifications, want %d", len(got), len(ids))
 	}
 }
+
+// swallowClient acknowledges the next swallow prompt_async posts to session in without
+// passing them on: OpenCode was seen to answer 204 and never store the message.
+type swallowClient struct {
+	opencode.Client
+	mu      sync.Mutex
+	in      string
+	swallow int
+	posted  int
+}
+
+func (c *swallowClient) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
+	c.mu.Lock()
+	if id == c.in {
+		c.posted++
+		if c.swallow > 0 {
+			c.swallow--
+			c.mu.Unlock()
+			return nil
+		}
+	}
+	c.mu.Unlock()
+	return c.Client.PromptAsync(ctx, id, req)
+}
+
+// N, R: a turn prompt the server acknowledged and did not store is asked again while the
+// parent still has a task running: the parent's newest message is read anew, not taken to be
+// the prompt that is not there.
+func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &swallowClient{Client: f, swallow: 1}
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(50*time.Millisecond), asyncagents.WithPollInterval(50*time.Millisecond))
+	asyncagents.SetLossGrace(m, 300*time.Millisecond)
+	c.mu.Lock()
+	c.in = caller.SessionID
+	c.mu.Unlock()
+	ids := launchHeld(t, m, f, caller, 2) // the second keeps running
+	release(t, f, ids[0])
+	awaitNotified(t, m, 10*time.Second, ids[:1])
+	waitFor(t, 10*time.Second, func() bool { return countTurnPrompts(t, f, caller.SessionID) == 1 })
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[:1], asyncagents.TurnAsked) })
+	c.mu.Lock()
+	posted := c.posted
+	c.mu.Unlock()
+	if posted != 2 {
+		t.Errorf("turn prompts posted = %d, want 2 (the one not stored, then the one stored)", posted)
+	}
+}
+
+// N, R: when a retry finds that an earlier turn prompt landed after all, that prompt covers
+// the notifications posted before it; one delivered during the retry's backoff still gets a
+// turn of its own.
+func TestWaveTurnFoundCoversOnlyOlderNotificationsN(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &promptsClient{Client: f, lose: 1}
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(20*time.Millisecond))
+	c.mu.Lock()
+	c.loseIn = caller.SessionID
+	c.mu.Unlock()
+	ids := launchHeld(t, m, f, caller, 2)
+	release(t, f, ids[0])
+	awaitNotified(t, m, 10*time.Second, ids[:1])
+	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
+	release(t, f, ids[1]) // during the lost turn prompt's backoff
+	awaitNotified(t, m, 10*time.Second, ids[1:])
+	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
+	a, _ := m.Get(ids[0])
+	b, _ := m.Get(ids[1])
+	if na, nb := a.Notifications[0], b.Notifications[0]; na.TurnID >= nb.MessageID || nb.TurnID <= nb.MessageID {
+		t.Errorf("first: message %s turn %s; second: message %s turn %s: want each turn prompt after its notification",
+			na.MessageID, na.TurnID, nb.MessageID, nb.TurnID)
+	}
+	if turns := c.turnsOf(caller.SessionID); len(turns) != 2 {
+		t.Errorf("turn prompts = %d, want 2", len(turns))
+	}
+}

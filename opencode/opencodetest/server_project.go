@@ -34,6 +34,10 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 	return writeFiles(s.Directory, cfg.files)
 }
 
+// ModelPrice is what the scripted model costs, in USD per million tokens, as the test
+// project's opencode.json tells OpenCode: it computes each step's cost from it.
+var ModelPrice = struct{ Input, Output, CacheRead, CacheWrite float64 }{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75}
+
 // projectConfig is the project's opencode.json: the scripted model as the default provider
 // and model, no autoupdate and no sharing, then the WithConfig keys, then the WithMCP
 // servers added to any "mcp" WithConfig gave.
@@ -44,7 +48,10 @@ func (s *Server) projectConfig(cfg *serverConfig) map[string]any {
 			"npm":     "@ai-sdk/openai-compatible",
 			"name":    "Scripted",
 			"options": map[string]any{"baseURL": s.Model.BaseURL(), "apiKey": "scripted"},
-			"models":  map[string]any{ModelID: map[string]any{"name": "Scripted M1"}},
+			"models": map[string]any{ModelID: map[string]any{"name": "Scripted M1",
+				// USD per million tokens, so that OpenCode computes a cost for each step.
+				"cost": map[string]any{"input": ModelPrice.Input, "output": ModelPrice.Output,
+					"cache_read": ModelPrice.CacheRead, "cache_write": ModelPrice.CacheWrite}}},
 		}},
 		"model":       ProviderID + "/" + ModelID,
 		"small_model": ProviderID + "/" + ModelID,
