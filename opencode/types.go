@@ -17,6 +17,28 @@ type Session struct {
 	Version    string           `json:"version,omitempty"`
 	Time       SessionTime      `json:"time"`
 	Permission []PermissionRule `json:"permission,omitempty"`
+	// Tokens and Cost are what the session's model steps used so far, summed by OpenCode
+	// (its assistant messages' own, see [MessageInfo]); session.updated events carry them
+	// too, the last step's a few milliseconds after the session goes idle.
+	Tokens *Tokens `json:"tokens,omitempty"`
+	Cost   float64 `json:"cost,omitempty"` // USD
+}
+
+// Tokens is what model steps used, as OpenCode counts them from the provider's usage: Input
+// excludes the cached tokens read (Cache.Read) and written (Cache.Write); Total is set on
+// assistant messages and step-finish parts only.
+type Tokens struct {
+	Total     int64       `json:"total,omitempty"`
+	Input     int64       `json:"input"`
+	Output    int64       `json:"output"`
+	Reasoning int64       `json:"reasoning"`
+	Cache     CacheTokens `json:"cache"`
+}
+
+// CacheTokens are the prompt-cache tokens of [Tokens].
+type CacheTokens struct {
+	Read  int64 `json:"read"`
+	Write int64 `json:"write"`
 }
 
 // SessionTime holds a session's timestamps in epoch milliseconds.
@@ -66,6 +88,10 @@ type MessageInfo struct {
 	Provider  string      `json:"providerID,omitempty"` // assistant
 	Finish    string      `json:"finish,omitempty"`     // assistant: "stop", "tool-calls", …; empty while running or on error
 	Error     *Error      `json:"error,omitempty"`      // assistant: set when the step failed or was aborted
+	// Tokens and Cost (USD, from the model's price in OpenCode's config; 0 without one) are
+	// what the step used (assistant); zero until it completes.
+	Tokens *Tokens `json:"tokens,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
 	// Summary is an object on user messages and the boolean true on a compaction summary
 	// (assistant). Use IsSummary.
 	Summary json.RawMessage `json:"summary,omitempty"`

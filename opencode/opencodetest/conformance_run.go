@@ -1,8 +1,10 @@
 package opencodetest
 
 import (
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -40,6 +42,37 @@ func checkRun(k *checker) {
 	checkRunMessages(k, msgs)
 	checkRunReplyInEvents(k, evs, msgs[2])
 	checkRunMessageLimit(k, s.ID, msgs[1], msgs[2])
+	checkRunUsage(k, s.ID, msgs[1:])
+}
+
+// checkRunUsage: each completed step reports its tokens and a cost (the test project prices
+// the model), and the session's totals (GET /session/{id}) come to their sum once the last
+// step is counted, a moment after the idle.
+func checkRunUsage(k *checker, sessionID string, steps []opencode.Message) {
+	var want opencode.Tokens
+	var cost float64
+	for _, m := range steps {
+		t := m.Info.Tokens
+		if t == nil || t.Input <= 0 || t.Output <= 0 || m.Info.Cost <= 0 {
+			k.errorf("step %s: tokens %+v, cost %v: want both", m.Info.ID, t, m.Info.Cost)
+			return
+		}
+		want.Input, want.Output, want.Reasoning = want.Input+t.Input, want.Output+t.Output, want.Reasoning+t.Reasoning
+		want.Cache.Read, want.Cache.Write = want.Cache.Read+t.Cache.Read, want.Cache.Write+t.Cache.Write
+		cost += m.Info.Cost
+	}
+	var got *opencode.Session
+	for range 40 {
+		s, err := k.c.GetSession(k.ctx, sessionID)
+		if !k.ok(err, "GetSession") {
+			return
+		}
+		if got = s; s.Tokens != nil && *s.Tokens == want && math.Abs(s.Cost-cost) < 1e-9 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	k.errorf("session totals = %+v, cost %v; want the sum of its steps %+v, cost %v", got.Tokens, got.Cost, want, cost)
 }
 
 // checkRunEvents checks the order of a run's events up to its first session.idle: the user

@@ -286,8 +286,11 @@ func (f *FakeClient) addPart(r *fakeRun, p *partJSON) *partJSON {
 
 // finishStep closes the current assistant message with finish.
 func (f *FakeClient) finishStep(r *fakeRun, finish string) {
-	f.addPart(r, &partJSON{Type: opencode.PartStepFinish, Reason: finish, Tokens: stepTokens(), Cost: ptr(0.0)})
-	r.asst.info.Finish, r.asst.info.Tokens, r.asst.info.Time.Completed = finish, stepTokens(), f.ms()
+	tok := stepTokens()
+	cost := tok.cost()
+	f.addPart(r, &partJSON{Type: opencode.PartStepFinish, Reason: finish, Tokens: tok, Cost: ptr(cost)})
+	r.asst.info.Finish, r.asst.info.Tokens, r.asst.info.Cost, r.asst.info.Time.Completed = finish, tok, ptr(cost), f.ms()
+	r.s.info.add(tok, cost) // in the next session.updated, as OpenCode does
 	f.emitMessage(r.s, r.asst)
 	f.emitMessage(r.s, r.asst)
 	r.text, r.tool = nil, nil

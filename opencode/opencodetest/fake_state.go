@@ -66,6 +66,26 @@ type cacheJSON struct {
 // stepTokens is the usage the fake reports for every model step.
 func stepTokens() *tokensJSON { return &tokensJSON{Total: 120, Input: 100, Output: 20} }
 
+// cost is what t costs at [ModelPrice], in USD, as OpenCode computes a step's cost.
+func (t *tokensJSON) cost() float64 {
+	p := ModelPrice
+	return (float64(t.Input)*p.Input + float64(t.Output+t.Reasoning)*p.Output +
+		float64(t.Cache.Read)*p.CacheRead + float64(t.Cache.Write)*p.CacheWrite) / 1e6
+}
+
+// add counts a step's tokens and cost in the session's totals.
+func (s *sessionJSON) add(t *tokensJSON, cost float64) {
+	if s.Tokens == nil {
+		s.Tokens = &tokensJSON{}
+	}
+	s.Tokens.Input += t.Input
+	s.Tokens.Output += t.Output
+	s.Tokens.Reasoning += t.Reasoning
+	s.Tokens.Cache.Read += t.Cache.Read
+	s.Tokens.Cache.Write += t.Cache.Write
+	s.Cost += cost
+}
+
 type sessionTimeJSON struct {
 	Created int64 `json:"created"`
 	Updated int64 `json:"updated"`
