@@ -20,7 +20,7 @@ import (
 // events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
 // read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
 // empty) and one notifier with up to 32 delivery workers, each posting up to 8 of one
-// parent's notifications at once; right after New, one starting the
+// parent's notifications at once (with 7 goroutines of its own); right after New, one starting the
 // stored queued tasks and one sending the stored follow-ups; with [WithPermissionPolicy], one
 // short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
 // package documentation says what a panic in one of them does.

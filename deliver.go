@@ -184,9 +184,10 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 				continue
 			}
 			var wg sync.WaitGroup
-			for _, ref := range refs {
+			for _, ref := range refs[1:] {
 				wg.Go(func() { m.deliver(ctx, parent, ref) })
 			}
+			m.deliver(ctx, parent, refs[0])
 			wg.Wait()
 			continue
 		}

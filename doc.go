@@ -98,7 +98,7 @@
 // number of tasks: 4 + n always (the event stream, the goroutine applying its events, the
 // status poll, the notifier, and n reconcilers, [WithReconcilers]); during a burst of run ends
 // up to 64 reconcilers in all and 32 notification workers, one parent session each, each
-// with up to 8 goroutines posting that parent's notifications; right
+// with up to 7 more goroutines posting that parent's notifications; right
 // after [New], one that starts the stored queued tasks and one that sends the stored
 // follow-ups; with [WithPermissionPolicy], one per permission request being answered.
 // [Manager.Close] stops them all and waits.

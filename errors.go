@@ -34,6 +34,9 @@ var (
 	// ErrTaskLimit: the caller session has as many active tasks as WithMaxActivePerParent
 	// allows; one must end (or be cancelled) first.
 	ErrTaskLimit = errors.New("asyncagents: too many active tasks")
+	// ErrBudget: the caller session's tasks, with theirs, used what WithTreeBudget allows;
+	// the message says how much.
+	ErrBudget = errors.New("asyncagents: over budget")
 	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
 	ErrStoreLocked = errors.New("asyncagents: store locked")
 	// ErrStoreCorrupt: the file is not a FileStore's, or a line of it does not read; the

@@ -169,6 +169,7 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	case opencode.EventMessageUpdated:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.add(logFrame{props: ev.Properties, msg: true}, epoch)
+			m.stepEvent(ev)
 		}
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev)

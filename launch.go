@@ -33,6 +33,9 @@ type LaunchInput struct {
 	Resume string
 	// Deadline bounds each run of the task (see [WithDeadline]); 0 uses the Manager's.
 	Deadline time.Duration
+	// Budget bounds what each run of the task may use (see [WithTaskBudget]); a zero field
+	// uses the Manager's.
+	Budget Budget
 	// Model optionally picks the model as "providerID/modelID" (e.g.
 	// "anthropic/claude-sonnet-4"); empty uses the agent's or the server's default.
 	Model string
@@ -107,7 +110,10 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, err
 	}
 	m.mu.Lock()
-	err = m.reserveLocked(in.Caller.SessionID)
+	err = m.overBudgetLocked(in.Caller.SessionID)
+	if err == nil {
+		err = m.reserveLocked(in.Caller.SessionID)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return Task{}, err
@@ -169,7 +175,7 @@ func (in *LaunchInput) check() error {
 	if in.Deadline < 0 {
 		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, in.Deadline)
 	}
-	return nil
+	return in.Budget.check("task")
 }
 
 // launchPlan is what a launch learned from the server before creating anything: the parent
@@ -233,7 +239,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
 		Started: m.now(), Forked: in.Fork, ForkStats: plan.stats, Depth: depth,
-		Deadline: cmp.Or(in.Deadline, m.cfg.deadline),
+		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
 	}}
 	m.mu.Lock()
 	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice

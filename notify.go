@@ -119,7 +119,8 @@ type noteRef struct{ task, key string }
 // notifyLocked records the notification of e's run end and queues it. m.mu is held.
 func (m *Manager) notifyLocked(e *entry) {
 	t := &e.task
-	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID), Resume: t.ResumeCount}
+	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID),
+		Resume: t.ResumeCount, Usage: t.usageText()}
 	switch t.Status {
 	case StatusCompleted:
 		n.Outcome = hints.Completed

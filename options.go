@@ -90,6 +90,8 @@ type config struct {
 	notify         bool
 	notifyPolicy   NotifyPolicy
 	waveWindow     time.Duration
+	taskBudget     Budget
+	treeBudget     Budget
 	debugHints     bool
 	nestingDepth   int
 	followUps      int
@@ -171,6 +173,9 @@ func (c *config) validate() error {
 		{c.notifyHorizon < 0, func() string { return fmt.Sprintf("notification horizon %v must not be negative", c.notifyHorizon) }},
 		{c.notifyPolicy < NotifyPerWave || c.notifyPolicy > NotifyNoReply, func() string {
 			return fmt.Sprintf("notification policy %d is not one of NotifyPerWave, NotifyPerRun, NotifyNoReply", int(c.notifyPolicy))
+		}},
+		{c.taskBudget.Tokens < 0 || c.taskBudget.Cost < 0 || c.treeBudget.Tokens < 0 || c.treeBudget.Cost < 0, func() string {
+			return fmt.Sprintf("budgets %s, %s must not be negative", c.taskBudget, c.treeBudget)
 		}},
 		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
 			return fmt.Sprintf("wave window %v must be 0 to %v", c.waveWindow, MaxWaveWindow)
@@ -287,6 +292,21 @@ func WithRequestTimeout(d time.Duration) Option {
 // per task. It is checked at every status poll, so it fires up to one poll interval late.
 // Defaults to 0: no deadline; must not be negative.
 func WithDeadline(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.deadline = d }) }
+
+// WithTaskBudget bounds what each run of a task may use: once its completed steps reach the
+// budget (Task.RunUsage against Task.Budget), the Manager aborts the session and ends the
+// task in [StatusError] with a message naming the budget and what was used; the parent is
+// notified once, as for any failure. It is checked at every status poll, so the run may take
+// a step more. [LaunchInput].Budget sets it per task, field by field; the task tool lets a
+// model ask for less, not more. Defaults to none; must not be negative.
+func WithTaskBudget(b Budget) Option { return optionFunc(func(cfg *config) { cfg.taskBudget = b }) }
+
+// WithTreeBudget bounds what the tasks of one caller session, with the tasks they launched in
+// turn, may use in all ([Manager.TreeUsage]): once they reached it, a [Manager.Launch] or
+// [Manager.Resume] for that caller fails with [ErrBudget] and changes nothing; the runs under
+// way go on (each within its own budget, [WithTaskBudget]). Defaults to none; must not be
+// negative.
+func WithTreeBudget(b Budget) Option { return optionFunc(func(cfg *config) { cfg.treeBudget = b }) }
 
 // WithStaleTimeout ends a run that shows no activity for d: no event of its session (a part
 // created or updated — a tool streaming output counts —, streamed text, a status change) and

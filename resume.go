@@ -93,6 +93,10 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 		}
 		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
 	}
+	if err := m.overBudgetLocked(e.task.ParentSessionID); err != nil {
+		m.mu.Unlock()
+		return Task{}, err
+	}
 	if err := m.reserveLocked(e.task.ParentSessionID); err != nil {
 		m.mu.Unlock()
 		return Task{}, err
@@ -102,7 +106,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	t.ResumeCount++
 	t.Started, t.Completed = m.now(), time.Time{}
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
-	t.Prompt = prompt
+	t.Prompt, t.RunUsage = prompt, Usage{}
 	e.done = make(chan struct{})
 	e.baseline, e.seenBusy, e.sessErr, e.aborting = "", false, "", nil
 	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}

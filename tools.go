@@ -64,13 +64,15 @@ func Tools(m *Manager) []Tool {
 // that come from constants) is added where the schema is made.
 
 type taskArgs struct {
-	Description string  `json:"description,omitempty" jsonschema:"A short description (3-5 words) of the task; required unless resume is set"`
-	Prompt      string  `json:"prompt" jsonschema:"The task for the agent, or the follow-up when resuming"`
-	Agent       string  `json:"agent,omitempty" jsonschema:"The agent to run (for example general or explore); required unless resume is set"`
-	Fork        bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
-	Resume      string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
-	Model       string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
-	Deadline    float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
+	Description  string  `json:"description,omitempty" jsonschema:"A short description (3-5 words) of the task; required unless resume is set"`
+	Prompt       string  `json:"prompt" jsonschema:"The task for the agent, or the follow-up when resuming"`
+	Agent        string  `json:"agent,omitempty" jsonschema:"The agent to run (for example general or explore); required unless resume is set"`
+	Fork         bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
+	Resume       string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
+	Model        string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
+	Deadline     float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
+	BudgetTokens int64   `json:"budget_tokens,omitempty" jsonschema:"Tokens a run may use before it is aborted; 0 or absent: the host's default"`
+	BudgetCost   float64 `json:"budget_cost,omitempty" jsonschema:"USD a run may cost before it is aborted; 0 or absent: the host's default"`
 }
 
 type outputArgs struct {
@@ -97,6 +99,8 @@ type clearArgs struct{}
 var (
 	taskSchema = schemaFor[taskArgs](func(s *jsonschema.Schema) {
 		between(s, "deadline", 0, maxToolDeadline)
+		atLeast(s, "budget_tokens", 0)
+		atLeast(s, "budget_cost", 0)
 		s.If = &jsonschema.Schema{Required: []string{"resume"}}
 		s.Else = &jsonschema.Schema{Required: []string{"description", "agent"}}
 	})
@@ -191,6 +195,12 @@ func (c *config) limitsText() string {
 	}
 	if c.stale > 0 {
 		parts = append(parts, fmt.Sprintf("a task showing no activity for %s is stopped", hints.Duration(c.stale)))
+	}
+	if !c.taskBudget.IsZero() {
+		parts = append(parts, fmt.Sprintf("a run that uses %s is stopped (budget_tokens and budget_cost may only lower that)", c.taskBudget))
+	}
+	if !c.treeBudget.IsZero() {
+		parts = append(parts, fmt.Sprintf("once this session's tasks used %s in all, no more can start", c.treeBudget))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -322,11 +332,15 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 	if d := h.m.cfg.deadline; d > 0 && in.Deadline > d.Seconds() {
 		return "", fmt.Errorf("%w: deadline %g: at most %g seconds, this host's limit", ErrInvalidInput, in.Deadline, d.Seconds())
 	}
+	budget := Budget{Tokens: in.BudgetTokens, Cost: in.BudgetCost}
+	if err := budget.within(h.m.cfg.taskBudget); err != nil {
+		return "", err
+	}
 	if in.Resume != "" {
 		return h.resume(ctx, caller, in)
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
-		Agent: in.Agent, Fork: in.Fork, Model: in.Model, Deadline: time.Duration(in.Deadline * float64(time.Second))})
+		Agent: in.Agent, Fork: in.Fork, Model: in.Model, Deadline: time.Duration(in.Deadline * float64(time.Second)), Budget: budget})
 	if err != nil {
 		if t.ID != "" {
 			return "", fmt.Errorf("task %s failed to start: %w", t.DisplayID, err)
@@ -401,7 +415,8 @@ func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMe
 
 // FormatOutput renders an [Output] as the output tool shows it to the model: the status and,
 // when completed, the description, duration and result; when failed, the error; while
-// active, the progress and a pending permission. now is the time durations of active tasks
+// active, the progress and a pending permission; then what the run used (and the task in
+// all, after a resume), once a step completed. now is the time durations of active tasks
 // are measured to.
 func FormatOutput(out Output, now time.Time) string {
 	t := out.Task
@@ -429,6 +444,9 @@ func FormatOutput(out Output, now time.Time) string {
 			b.WriteString("\nTimed out waiting; the task is still running.")
 		}
 	}
+	if u := t.usageText(); u != "" {
+		b.WriteString("\nUsage: " + u)
+	}
 	return b.String()
 }
 
@@ -453,12 +471,16 @@ func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessag
 	if err != nil {
 		return "", err
 	}
-	return FormatList(tasks, in.Status, h.m.now()), nil
+	s := FormatList(tasks, in.Status, h.m.now())
+	if u, err := h.m.TreeUsage(caller); err == nil && !u.IsZero() {
+		s += "\nUsed in all (your tasks and theirs): " + u.String()
+	}
+	return s, nil
 }
 
 // FormatList renders tasks as the list tool shows them to the model: one line per task with
-// the display id and its [Task.Markers], description, agent, status, duration, tool calls and
-// a permission it waits for, or "No background tasks found" (naming the status filter when
+// the display id and its [Task.Markers], description, agent, status, duration, tool calls,
+// a permission it waits for and what it used, or "No background tasks found" (naming the status filter when
 // there is one).
 func FormatList(tasks []Task, status Status, now time.Time) string {
 	if len(tasks) == 0 {
@@ -477,6 +499,9 @@ func FormatList(tasks []Task, status Status, now time.Time) string {
 		}
 		if t.Status == StatusQueued {
 			fmt.Fprintf(&b, " | place in queue: %d", t.QueuePosition)
+		}
+		if !t.Usage.IsZero() {
+			fmt.Fprintf(&b, " | %s", t.Usage)
 		}
 	}
 	return b.String()

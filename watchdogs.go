@@ -13,12 +13,15 @@ type watchdog struct {
 	msg string
 }
 
-// expiredLocked reports whether e's run has passed its deadline or been inactive for the
-// stale timeout.
+// expiredLocked reports whether e's run has passed its deadline, reached its budget or been
+// inactive for the stale timeout.
 func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
 	t := &e.task
 	if t.Deadline > 0 && now.Sub(t.Started) >= t.Deadline {
 		return watchdog{e, t.ResumeCount, fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline)}, true
+	}
+	if t.Budget.Reached(t.RunUsage) {
+		return watchdog{e, t.ResumeCount, fmt.Sprintf("budget: the run used %s, reaching its budget of %s, and was aborted", t.RunUsage, t.Budget)}, true
 	}
 	if m.cfg.stale > 0 {
 		last := t.Started

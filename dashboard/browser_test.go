@@ -54,6 +54,12 @@ func TestBrowserLiveTasks(t *testing.T) {
 	if !strings.Contains(final.Text, "finished-ok") || final.Calls != "3 tool calls" || !strings.Contains(final.Tools, "bash") {
 		t.Errorf("completed row = %+v", final)
 	}
+	// C-3: what the task used, and its parent's total (the only task of that parent yet).
+	done, _ := e.m.Get(task.ID)
+	used := strings.ReplaceAll(done.Usage.String(), ", ", " · ")
+	if done.Usage.Cost == 0 || !strings.Contains(final.Meta, used) || !strings.Contains(final.Group, used+" in all") {
+		t.Errorf("usage on the page: row %q, group %q; want %q", final.Meta, final.Group, used)
+	}
 	t.Logf("completed on the page %v after its launch: %+v", time.Since(start).Round(time.Millisecond), final)
 	var seen []string
 	var kept string

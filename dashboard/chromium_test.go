@@ -141,6 +141,8 @@ type rowState struct {
 	Forked bool   `json:"forked"`
 	Fork   string `json:"fork"`
 	Dur    string `json:"dur"`
+	Meta   string `json:"meta"`  // agent, model, … and what the task used
+	Group  string `json:"group"` // its parent group's head: counts and what its tasks used
 }
 
 const rowJS = `((id) => {
@@ -149,7 +151,8 @@ const rowJS = `((id) => {
 	const q = s => el.querySelector(s);
 	return {status: el.dataset.status, calls: q('.calls').textContent, tools: q('.tools').textContent,
 		text: q('.text').textContent, cancel: !q('.cancel').hidden, forked: !q('.b-fork').hidden,
-		fork: q('.fork').hidden ? '' : q('.fork').textContent, dur: q('.dur').textContent};
+		fork: q('.fork').hidden ? '' : q('.fork').textContent, dur: q('.dur').textContent,
+		meta: q('.agent').textContent, group: el.closest('[data-parent]').querySelector('.gcounts').textContent};
 })(%q)`
 
 func row(t *testing.T, ctx context.Context, id string) *rowState {

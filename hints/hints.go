@@ -34,6 +34,7 @@ type Notice struct {
 	DisplayID   string        // the task's display id, named in the hidden part
 	Error       string        // the error message, for Failed; "" for none
 	Permission  string        // a permission the task waits for: tool and patterns; "" for none
+	Usage       string        // what the run used ("16.2k tokens, $0.0491"), said in the hidden part; "" for nothing
 }
 
 // Visible returns the visible part of the parent notification, two lines joined by "\n":
@@ -76,6 +77,7 @@ func Visible(n Notice, debug bool) string {
 //
 //	The task failed: <Error>                                   when Error is set
 //	The task is waiting for a permission answer: <Permission>  when Permission is set
+//	It used <Usage>.                                           when Usage is set
 //
 // then, while other tasks of the batch are running (Running > 0):
 //
@@ -100,6 +102,9 @@ func Hidden(n Notice, prefix string) string {
 	}
 	if n.Permission != "" {
 		lines = append(lines, "The task is waiting for a permission answer: "+n.Permission)
+	}
+	if n.Usage != "" {
+		lines = append(lines, "It used "+n.Usage+".")
 	}
 	if n.Running > 0 {
 		lines = append(lines,

@@ -43,7 +43,9 @@ install), and finds callers in the OpenCode server's own directory.
 What models can start: at most -max-running tasks run at once (more wait queued; -limit
 sets a provider's or a model's own), at most -max-per-parent of one session's tasks are
 active (more is an error its model reads), a run is aborted after -deadline, or after
--stale-timeout without activity; the task tool's description tells the model these limits.
+-stale-timeout without activity, or once it used -task-budget-tokens or -task-budget-cost; a
+session whose tasks, with theirs, used -tree-budget-tokens or -tree-budget-cost cannot start
+more; the task tool's description tells the model these limits.
 Connections: a request must send its headers within 10 s and its body within 30 s; an
 idle keep-alive connection is closed after 60 s; headers are limited to 64 KiB; at most
 -max-conns connections are open at once on -listen (more wait until one closes). Answers
@@ -80,9 +82,10 @@ type serveConfig struct {
 // taskBounds is what serve lets the models start: the Manager's concurrency limits, its cap
 // on one parent session's active tasks, and its watchdogs.
 type taskBounds struct {
-	maxRunning, perParent int
-	limits                multiFlag // "provider=N" or "provider/model=N"
-	deadline, stale       time.Duration
+	maxRunning, perParent  int
+	limits                 multiFlag // "provider=N" or "provider/model=N"
+	deadline, stale        time.Duration
+	taskBudget, treeBudget asyncagents.Budget
 }
 
 // The defaults of serve's task bounds: enough for a model that fans work out, few enough
@@ -118,8 +121,18 @@ func (b taskBounds) options() ([]asyncagents.Option, error) {
 	case b.deadline < 0 || b.stale < 0:
 		return nil, errors.New("bad -deadline or -stale-timeout: must not be negative")
 	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{{"task-budget-tokens", b.taskBudget.Tokens < 0}, {"task-budget-cost", b.taskBudget.Cost < 0},
+		{"tree-budget-tokens", b.treeBudget.Tokens < 0}, {"tree-budget-cost", b.treeBudget.Cost < 0}} {
+		if f.bad {
+			return nil, fmt.Errorf("bad -%s: must not be negative", f.name)
+		}
+	}
 	return []asyncagents.Option{asyncagents.WithConcurrency(l), asyncagents.WithMaxActivePerParent(b.perParent),
-		asyncagents.WithDeadline(b.deadline), asyncagents.WithStaleTimeout(b.stale)}, nil
+		asyncagents.WithDeadline(b.deadline), asyncagents.WithStaleTimeout(b.stale),
+		asyncagents.WithTaskBudget(b.taskBudget), asyncagents.WithTreeBudget(b.treeBudget)}, nil
 }
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut io.Writer) error {
@@ -153,6 +166,10 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	fs.IntVar(&c.bounds.perParent, "max-per-parent", c.bounds.perParent, "active (queued, running, resumed) tasks of one session; more is an error for its model (0: no cap)")
 	fs.DurationVar(&c.bounds.deadline, "deadline", c.bounds.deadline, "how long a run may take before it is aborted (0: no limit)")
 	fs.DurationVar(&c.bounds.stale, "stale-timeout", c.bounds.stale, "how long a run may show no activity before it is aborted (0: no limit)")
+	fs.Int64Var(&c.bounds.taskBudget.Tokens, "task-budget-tokens", 0, "tokens a run may use before it is aborted (0: no limit)")
+	fs.Float64Var(&c.bounds.taskBudget.Cost, "task-budget-cost", 0, "USD a run may cost before it is aborted (0: no limit)")
+	fs.Int64Var(&c.bounds.treeBudget.Tokens, "tree-budget-tokens", 0, "tokens a session's tasks, with theirs, may use before no more can start (0: no limit)")
+	fs.Float64Var(&c.bounds.treeBudget.Cost, "tree-budget-cost", 0, "USD a session's tasks, with theirs, may cost before no more can start (0: no limit)")
 	fs.TextVar(&c.notify, "notify", asyncagents.NotifyPerWave,
 		"how a session's notifications ask for its model's turn: wave (one turn for the run ends of a wave), run (one per run end) or none")
 	fs.DurationVar(&c.waveWindow, "wave-window", asyncagents.DefaultWaveWindow,

@@ -404,7 +404,7 @@ func TestServeBoundsWhatModelsStartS5(t *testing.T) {
 	srv := opencodetest.Start(t)
 	_, args := stateArgs(t)
 	startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory,
-		"-max-per-parent", "1", "-max-running", "3", "-deadline", "20m", "-stale-timeout", "5m")...)
+		"-max-per-parent", "1", "-max-running", "3", "-deadline", "20m", "-stale-timeout", "5m", "-task-budget-tokens", "500000")...)
 	c := srv.Client()
 	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
@@ -421,12 +421,14 @@ func TestServeBoundsWhatModelsStartS5(t *testing.T) {
 	var described bool
 	for _, r := range srv.Model.Requests() {
 		described = described || strings.Contains(string(r.Body), "at most 1 of this session's tasks can be active at once") &&
-			strings.Contains(string(r.Body), "beyond 3 running at once") && strings.Contains(string(r.Body), "longer than 20m 0s")
+			strings.Contains(string(r.Body), "beyond 3 running at once") && strings.Contains(string(r.Body), "longer than 20m 0s") &&
+			strings.Contains(string(r.Body), "a run that uses 500.0k tokens is stopped")
 	}
 	if !described {
 		t.Error("the model was not told the limits in the task tool's description")
 	}
-	for _, bad := range [][]string{{"-max-per-parent", "-1"}, {"-limit", "nope"}, {"-limit", "p/m=-2"}, {"-deadline", "-1s"}} {
+	for _, bad := range [][]string{{"-max-per-parent", "-1"}, {"-limit", "nope"}, {"-limit", "p/m=-2"}, {"-deadline", "-1s"},
+		{"-task-budget-tokens", "-5"}, {"-tree-budget-cost", "-0.5"}} {
 		if code, _, errOut := runCmd(t, append([]string{"serve"}, bad...)...); code != exitUsage || !strings.Contains(errOut, "bad "+bad[0]) {
 			t.Errorf("serve %q: exit %d, %s", bad, code, errOut)
 		}

@@ -203,8 +203,12 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 	fmt.Fprintf(out, "%d task(s) from %s\n", len(tasks), quote(from))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, p := range parents {
-		fmt.Fprintf(w, "\nparent %s\n", quote(p))
-		fmt.Fprintln(w, "  TASK\tSTATUS\tTIME\tTOOLS\tDESCRIPTION")
+		fmt.Fprintf(w, "\nparent %s", quote(p))
+		if u := asyncagents.TreeUsage(tasks, p); !u.IsZero() {
+			fmt.Fprintf(w, " — %s in all", u)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "  TASK\tSTATUS\tTIME\tTOOLS\tUSED\tDESCRIPTION")
 		for _, t := range byParent[p] {
 			desc := t.Description
 			if mk := t.Markers(); mk != "" {
@@ -213,8 +217,12 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 			if t.Error != "" {
 				desc += " — " + firstLine(t.Error, 60)
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", quote(t.ID), quote(string(t.Status)), t.Duration(now).Round(time.Second),
-				t.Progress.ToolCalls, quote(desc))
+			used := "-"
+			if !t.Usage.IsZero() {
+				used = t.Usage.String()
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\t%s\n", quote(t.ID), quote(string(t.Status)), t.Duration(now).Round(time.Second),
+				t.Progress.ToolCalls, used, quote(desc))
 		}
 	}
 	_ = w.Flush()
