@@ -34,7 +34,7 @@ import (
 func TestBrowserLiveTasks(t *testing.T) {
 	chromium(t) // skip before starting a server
 	srv := opencodetest.Start(t)
-	e := newRealEnv(t, srv, nil)
+	e := newRealEnv(t, srv, []asyncagents.Option{asyncagents.WithNestingDepth(2)})
 	ctx := browser(t, 1280, 900)
 
 	start := time.Now()
@@ -60,6 +60,13 @@ func TestBrowserLiveTasks(t *testing.T) {
 	if done.Usage.Cost == 0 || !strings.Contains(final.Meta, used) || !strings.Contains(final.Group, used+" in all") {
 		t.Errorf("usage on the page: row %q, group %q; want %q", final.Meta, final.Group, used)
 	}
+	// C-2: a task the task launched counts in its parent's tree too.
+	nested := e.launch(t, asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.ID, Agent: "general"},
+		Description: "nested", Prompt: "RUN:echo nested-ok"})
+	waitRow(t, ctx, nested.ID, 60*time.Second, "the nested task", func(r *rowState) bool { return r.Status == "completed" })
+	nestedDone, _ := e.m.Get(nested.ID)
+	tree := strings.ReplaceAll(done.Usage.Add(nestedDone.Usage).String(), ", ", " · ") + " in all"
+	waitRow(t, ctx, task.ID, 10*time.Second, "the tree's usage in the top group", func(r *rowState) bool { return strings.Contains(r.Group, tree) })
 	t.Logf("completed on the page %v after its launch: %+v", time.Since(start).Round(time.Millisecond), final)
 	var seen []string
 	var kept string

@@ -101,4 +101,5 @@ func Example_mount() {
 	//
 	// Result:
 	// Ran 1 command(s); last output: 42 files
+	// Usage: 240 tokens, $0.0012
 }
