@@ -44,6 +44,7 @@ type Manager struct {
 	reg     manager.Registry
 	batches map[string]*batch // by batch id
 	open    map[string]string // parent → its batch with active tasks
+	cleared map[string]Usage  // parent → what its tasks removed since New had used
 
 	recon   reconciling // sessions waiting to be read, and the goroutines that read them
 	notes   notifier    // the parents' notifications waiting for delivery
@@ -75,6 +76,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		tasks:     map[string]*entry{},
 		batches:   map[string]*batch{},
 		open:      map[string]string{},
+		cleared:   map[string]Usage{},
 		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1)},
 		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
 		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}},

@@ -2,6 +2,7 @@ package asyncagents
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -39,12 +40,17 @@ func (b Budget) String() string {
 	return s
 }
 
-// check returns an error matching ErrInvalidInput for a negative bound.
+// check returns an error matching ErrInvalidInput for a negative (or not finite) bound.
 func (b Budget) check(what string) error {
-	if b.Tokens < 0 || b.Cost < 0 {
+	if !b.valid() {
 		return fmt.Errorf("%w: %s budget must not be negative", ErrInvalidInput, what)
 	}
 	return nil
+}
+
+// valid reports whether b's bounds are finite and not negative.
+func (b Budget) valid() bool {
+	return b.Tokens >= 0 && b.Cost >= 0 && !math.IsInf(b.Cost, 0) && !math.IsNaN(b.Cost)
 }
 
 // or returns b with its zero fields taken from d.
@@ -67,15 +73,26 @@ func (b Budget) within(limit Budget) error {
 	return nil
 }
 
-// overBudgetLocked returns an error matching ErrBudget when the tree of tasks below parent
-// has reached WithTreeBudget.
+// overBudgetLocked returns an error matching ErrBudget when the tree of tasks below parent,
+// or below a session above it (parent is a task, whose parent may be one too), has reached
+// WithTreeBudget.
 func (m *Manager) overBudgetLocked(parent string) error {
 	if m.cfg.treeBudget.IsZero() {
 		return nil
 	}
-	if used := m.treeUsageLocked(parent); m.cfg.treeBudget.Reached(used) {
-		return fmt.Errorf("%w: this session's tasks (with theirs) used %s, the budget is %s; no more tasks can start",
-			ErrBudget, used, m.cfg.treeBudget)
+	for s, depth := parent, 0; s != "" && depth <= MaxNestingDepth; depth++ {
+		if used := m.treeUsageLocked(s); m.cfg.treeBudget.Reached(used) {
+			who := "this session's tasks (with theirs)"
+			if s != parent {
+				who = "the tasks of a session above this one (with theirs)"
+			}
+			return fmt.Errorf("%w: %s used %s, the budget is %s; no more tasks can start", ErrBudget, who, used, m.cfg.treeBudget)
+		}
+		e := m.tasks[s]
+		if e == nil {
+			break
+		}
+		s = e.task.ParentSessionID
 	}
 	return nil
 }

@@ -111,6 +111,9 @@ func (m *Manager) removeLocked(e *entry) []*entry {
 	m.dropMirrorLocked(e)
 	m.reg.Remove(id)
 	e.removed = true
+	if !e.task.Usage.IsZero() { // still spent: it counts in its parent's tree (budget.go)
+		m.cleared[e.task.ParentSessionID] = m.cleared[e.task.ParentSessionID].Add(e.task.Usage)
+	}
 	if b := m.batches[e.task.BatchID]; b != nil {
 		b.total--
 		if !e.task.Status.Terminal() {

@@ -169,8 +169,8 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 	case opencode.EventMessageUpdated:
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.add(logFrame{props: ev.Properties, msg: true}, epoch)
-			m.stepEvent(ev)
 		}
+		m.stepEvent(ev) // a restored run has no mirror
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev)
 		}

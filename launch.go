@@ -75,7 +75,8 @@ func parseModel(s string) (*opencode.Model, error) {
 // Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
 // [ErrInvalidInput] (an empty description, prompt, agent or caller session, a malformed
 // model, or a caller session the server does not know), [ErrNestingDepth], [ErrTaskLimit]
-// (the caller has [WithMaxActivePerParent] active tasks), [ErrUnknownAgent] (the message
+// (the caller has [WithMaxActivePerParent] active tasks), [ErrBudget] (the caller's tasks,
+// or those of a session above it, used [WithTreeBudget]), [ErrUnknownAgent] (the message
 // names the known agents), [ErrClosed]. It reads the caller session (GET /session/{id}) and
 // checks the agent against its directory's (GET /agent?directory=). A launch right after
 // [New] then waits until the Manager's first attempt to open the event stream is over (at most

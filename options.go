@@ -174,7 +174,7 @@ func (c *config) validate() error {
 		{c.notifyPolicy < NotifyPerWave || c.notifyPolicy > NotifyNoReply, func() string {
 			return fmt.Sprintf("notification policy %d is not one of NotifyPerWave, NotifyPerRun, NotifyNoReply", int(c.notifyPolicy))
 		}},
-		{c.taskBudget.Tokens < 0 || c.taskBudget.Cost < 0 || c.treeBudget.Tokens < 0 || c.treeBudget.Cost < 0, func() string {
+		{!c.taskBudget.valid() || !c.treeBudget.valid(), func() string {
 			return fmt.Sprintf("budgets %s, %s must not be negative", c.taskBudget, c.treeBudget)
 		}},
 		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
@@ -293,19 +293,22 @@ func WithRequestTimeout(d time.Duration) Option {
 // Defaults to 0: no deadline; must not be negative.
 func WithDeadline(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.deadline = d }) }
 
-// WithTaskBudget bounds what each run of a task may use: once its completed steps reach the
-// budget (Task.RunUsage against Task.Budget), the Manager aborts the session and ends the
-// task in [StatusError] with a message naming the budget and what was used; the parent is
-// notified once, as for any failure. It is checked at every status poll, so the run may take
-// a step more. [LaunchInput].Budget sets it per task, field by field; the task tool lets a
-// model ask for less, not more. Defaults to none; must not be negative.
+// WithTaskBudget bounds what each run of a task may use: once its completed steps, as the
+// event stream shows them (Task.RunUsage), reach the budget (Task.Budget) while the run goes
+// on to another step, the Manager aborts the session and ends the task in [StatusError] with
+// a message naming the budget and what was used; the parent is notified once, as for any
+// failure. It is checked at every status poll, so the run may take a step more; a resume
+// starts a new run, with the same budget. [LaunchInput].Budget sets it per task, field by
+// field; the task tool lets a model ask for less, not more. Defaults to none; must not be
+// negative.
 func WithTaskBudget(b Budget) Option { return optionFunc(func(cfg *config) { cfg.taskBudget = b }) }
 
 // WithTreeBudget bounds what the tasks of one caller session, with the tasks they launched in
-// turn, may use in all ([Manager.TreeUsage]): once they reached it, a [Manager.Launch] or
-// [Manager.Resume] for that caller fails with [ErrBudget] and changes nothing; the runs under
-// way go on (each within its own budget, [WithTaskBudget]). Defaults to none; must not be
-// negative.
+// turn, may use in all ([Manager.TreeUsage]; tasks cleared since New still count): once they
+// reached it, a [Manager.Launch] or [Manager.Resume] for that caller, or for a task below it,
+// fails with [ErrBudget] and changes nothing, and a follow-up queued before is not sent
+// (logged); the runs under way go on (each within its own budget, [WithTaskBudget]).
+// Defaults to none; must not be negative.
 func WithTreeBudget(b Budget) Option { return optionFunc(func(cfg *config) { cfg.treeBudget = b }) }
 
 // WithStaleTimeout ends a run that shows no activity for d: no event of its session (a part

@@ -206,7 +206,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 	if r.streamed != nil {
 		if msgs := replay(r.streamed, run.Baseline); msgs != nil {
 			if v := manager.Decide(msgs, run); v.Outcome == manager.Completed {
-				m.countRun(e, msgs)
+				// The stream carried the run whole: its running usage counted every step.
 				m.mirrors.decided.Add(1) // before the task shows as completed
 				if !m.finish(e, rc, StatusCompleted, v.Result, "") {
 					m.mirrors.decided.Add(-1)
@@ -233,13 +233,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 		v = m.confirmUnfinished(e, run)
 	}
 	if v.Outcome == manager.Completed || v.Outcome == manager.Failed {
-		m.countRun(e, msgs)
-		m.mu.Lock()
-		missed := readMissedSteps(e, msgs)
-		m.mu.Unlock()
-		if missed {
-			m.sessionTotals(ctx, e, id, msgs[len(msgs)-1].Info.ID)
-		}
+		m.settleUsage(ctx, e, rc, msgs)
 	}
 	switch v.Outcome {
 	case manager.Completed:

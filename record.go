@@ -55,6 +55,9 @@ type entry struct {
 	recent [16]string
 	next   int // ids of tool parts already counted, a ring
 
+	steps      map[string]bool // the run's steps counted in its running usage (usage.go)
+	lastFinish string          // the finish of the newest of them
+
 	mirror   *runLog    // what the event stream carried of the run (nil for a run started before New)
 	streamed []logFrame // the log's frames at the run's last idle event, when it carried the whole run
 }

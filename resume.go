@@ -24,7 +24,8 @@ import (
 // (GET /session/{id}/message?limit=1), then sends the prompt
 // (POST /session/{id}/prompt_async). Errors, each leaving the task unchanged:
 // [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
-// [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrSessionExpired]
+// [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrBudget] (the
+// caller's tasks used [WithTreeBudget]), [ErrSessionExpired]
 // (the server no longer has the session), [ErrClosed], or the server's error. A failure to
 // send the prompt leaves the task in [StatusError] with the reason and returns it with the
 // error.
@@ -57,6 +58,9 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 // queueFollowUpLocked queues prompt for the active task e, or returns ErrTaskBusy.
 func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
 	t := &e.task
+	if err := m.overBudgetLocked(t.ParentSessionID); err != nil {
+		return Task{}, err
+	}
 	if len(t.FollowUps) >= m.cfg.followUps {
 		if m.cfg.followUps == 0 {
 			return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, t.ID, t.Status)
@@ -111,7 +115,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	e.baseline, e.seenBusy, e.sessErr, e.aborting = "", false, "", nil
 	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}
 	e.recheckAt, e.recheckDelay = time.Time{}, 0
-	e.suspect = ""
+	e.suspect, e.steps, e.lastFinish = "", nil, ""
 	if len(last) > 0 {
 		e.baseline = last[len(last)-1].Info.ID
 	}

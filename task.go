@@ -88,14 +88,14 @@ type Task struct {
 	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
 	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
 	// Usage is what the task's model steps used, all runs together, and RunUsage what the
-	// current or last run's did: each step counts once it completed (its assistant message,
-	// from the event stream, or from the messages its run is decided from). FirstStep is
-	// the task's first step: its prompt and, for a forked task, the inherited context read
-	// in full (the price of the fork). UsageCounted is the id of the newest step counted.
-	Usage        Usage  `json:"usage,omitzero"`
-	RunUsage     Usage  `json:"runUsage,omitzero"`
-	FirstStep    Usage  `json:"firstStep,omitzero"`
-	UsageCounted string `json:"usageCounted,omitempty"`
+	// current or last run's did: while a run goes on, its steps count as the event stream
+	// shows them complete; once it is decided, as its messages say (a run aborted before
+	// it was decided keeps the running figure). FirstStep is the task's first step: its
+	// prompt and, for a forked task, the inherited context read in full (the price of the
+	// fork).
+	Usage     Usage `json:"usage,omitzero"`
+	RunUsage  Usage `json:"runUsage,omitzero"`
+	FirstStep Usage `json:"firstStep,omitzero"`
 	// Budget bounds what each run may use (WithTaskBudget); a run that reaches it is aborted.
 	Budget Budget `json:"budget,omitzero"`
 	// Notifications are the parent notifications of the task's run ends that are not

@@ -83,14 +83,14 @@ func usageOf(t *opencode.Tokens, cost float64) Usage {
 	return Usage{Input: t.Input, Output: t.Output, Reasoning: t.Reasoning, CacheRead: t.Cache.Read, CacheWrite: t.Cache.Write, Cost: cost}
 }
 
-// A task's usage is the sum of its session's completed steps: each assistant message, once
-// completed, carries what its step used. Steps complete one after the other, in the order of
-// their ids, so Task.UsageCounted (the newest step counted) is all a count needs to stay
-// exact: a step is counted once, from the event stream while the run goes on (the completed
-// assistant message's message.updated) or from the messages the run is decided from (the
-// event stream's, or a read's), whichever comes first. When a read may have missed steps
-// (its window holds none older than the newest counted), the session's own totals
-// (GET /session/{id}) replace the count.
+// A run's usage is the sum of its completed steps: each assistant message of the run, once
+// completed, carries what its step used. While the run goes on, the steps are counted as the
+// event stream shows them complete (the completed assistant message's message.updated): a
+// running figure that budgets are checked against. A run decided from what the stream
+// carried (all of it, on one connection: see mirror.go) keeps that figure, which then counts
+// every step once. A run decided from a read is counted again from its own messages (those
+// after its prompt, paged back to it when the run is longer than the read's window), which
+// replaces the running figure: a step the stream missed changes nothing then.
 
 // completedStep reports whether the props of a message.updated event may be a completed
 // assistant message: a byte search, so that other updates cost no decode.
@@ -98,7 +98,8 @@ func completedStep(props []byte) bool {
 	return bytes.Contains(props, []byte(`"completed":`)) && bytes.Contains(props, []byte(`"role":"assistant"`))
 }
 
-// stepEvent counts the step of a message.updated event of a task's active run.
+// stepEvent counts the step of a message.updated event of a task's active run in its running
+// figures, once.
 func (m *Manager) stepEvent(ev opencode.Event) {
 	if !completedStep(ev.Properties) {
 		return
@@ -106,73 +107,104 @@ func (m *Manager) stepEvent(ev opencode.Event) {
 	var p struct {
 		Info opencode.MessageInfo `json:"info"`
 	}
-	if json.Unmarshal(ev.Properties, &p) != nil {
+	if json.Unmarshal(ev.Properties, &p) != nil || p.Info.Role != opencode.RoleAssistant || p.Info.Time.Completed == 0 {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.tasks[p.Info.SessionID]; e != nil && e.task.Status.Active() {
-		if m.countStepsLocked(e, []opencode.MessageInfo{p.Info}) {
-			m.changedLocked(e)
-		}
+	e := m.tasks[p.Info.SessionID]
+	if e == nil || !e.task.Status.Active() || e.steps[p.Info.ID] || p.Info.ID <= e.baseline {
+		return
 	}
+	if e.steps == nil {
+		e.steps = map[string]bool{}
+	}
+	e.steps[p.Info.ID], e.lastFinish = true, p.Info.Finish
+	t, step := &e.task, usageOf(p.Info.Tokens, p.Info.Cost)
+	if t.ResumeCount == 0 && len(e.steps) == 1 && t.FirstStep.IsZero() {
+		t.FirstStep = step
+	}
+	t.Usage, t.RunUsage = t.Usage.Add(step), t.RunUsage.Add(step)
+	m.changedLocked(e)
 }
 
-// countStepsLocked counts the completed steps among infos (oldest first) that e has not
-// counted, and reports whether it counted any.
-func (m *Manager) countStepsLocked(e *entry, infos []opencode.MessageInfo) bool {
-	t, counted := &e.task, false
-	for i := range infos {
-		in := &infos[i]
-		if in.Role != opencode.RoleAssistant || in.Time.Completed == 0 || in.ID <= t.UsageCounted {
+// settleUsageLocked sets e's run usage to the sum of the completed steps of run, the run's own
+// messages oldest first, in place of the running figure; for a task's first run, its first
+// step is FirstStep.
+func (m *Manager) settleUsageLocked(e *entry, run []opencode.Message) {
+	t := &e.task
+	var sum, first Usage
+	found := false
+	for i := range run {
+		in := &run[i].Info
+		if in.Role != opencode.RoleAssistant || in.Time.Completed == 0 {
 			continue
 		}
-		step := usageOf(in.Tokens, in.Cost)
-		if t.UsageCounted == "" {
-			t.FirstStep = step
+		u := usageOf(in.Tokens, in.Cost)
+		if !found {
+			first, found = u, true
 		}
-		t.Usage, t.RunUsage, t.UsageCounted = t.Usage.Add(step), t.RunUsage.Add(step), in.ID
-		counted = true
+		sum = sum.Add(u)
 	}
-	return counted
+	t.Usage, t.RunUsage = t.Usage.sub(t.RunUsage).Add(sum), sum
+	if t.ResumeCount == 0 && found {
+		t.FirstStep = first
+	}
+	e.steps, e.lastFinish = nil, ""
 }
 
-// countRun counts the steps of msgs, the messages a run was decided from.
-func (m *Manager) countRun(e *entry, msgs []opencode.Message) {
-	infos := make([]opencode.MessageInfo, 0, len(msgs))
-	for i := range msgs {
-		infos = append(infos, msgs[i].Info)
+// runMessages returns the messages of run after its prompt (or its baseline), oldest first,
+// from msgs, and whether msgs reach back to it.
+func runMessages(msgs []opencode.Message, prompt, baseline string) ([]opencode.Message, bool) {
+	if prompt == "" && baseline == "" {
+		return msgs, true // the session's first run: all of it
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if id := msgs[i].Info.ID; id == prompt || id == baseline {
+			return msgs[i+1:], true
+		}
+	}
+	return msgs, false
+}
+
+// maxUsagePages bounds how many pages (of usagePage messages) a run's usage is read back
+// over when a read's window did not reach its prompt.
+const (
+	usagePage     = 100
+	maxUsagePages = 20
+)
+
+// settleUsage counts the usage of e's run rc, decided from msgs (the latest messages of its
+// session, oldest first), reading further back (GET /session/{id}/message?limit=&before=)
+// when msgs do not reach the run's prompt.
+func (m *Manager) settleUsage(ctx context.Context, e *entry, rc int, msgs []opencode.Message) {
+	m.mu.Lock()
+	id, prompt, baseline := e.task.ID, e.task.PromptID, e.baseline
+	m.mu.Unlock()
+	run, whole := runMessages(msgs, prompt, baseline)
+	if !whole {
+		var all []opencode.Message
+		cursor := ""
+		for range maxUsagePages {
+			page, next, err := m.client.MessagesBefore(ctx, id, usagePage, cursor)
+			if err != nil {
+				break
+			}
+			all = append(page, all...)
+			if run, whole = runMessages(all, prompt, baseline); whole || next == "" {
+				break
+			}
+			cursor = next
+		}
+		if !whole && len(all) > len(msgs) {
+			run = all // the whole session is less than maxUsagePages pages, or the prompt is gone: count what there is
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.countStepsLocked(e, infos)
-}
-
-// readMissedSteps reports whether msgs, a read of the latest reconcileWindow messages of a
-// run's session, may have missed steps that e has not counted: the window is full and its
-// oldest message is newer than the newest step counted, yet still of the run.
-func readMissedSteps(e *entry, msgs []opencode.Message) bool {
-	if len(msgs) < reconcileWindow {
-		return false
+	if e.task.ResumeCount == rc && e.task.Status.Active() {
+		m.settleUsageLocked(e, run)
 	}
-	oldest := msgs[0].Info.ID
-	return oldest > e.task.UsageCounted && oldest > e.baseline
-}
-
-// sessionTotals sets e's usage to its session's totals (GET /session/{id}), the run's
-// growing by what they add; after a read that may have missed steps.
-func (m *Manager) sessionTotals(ctx context.Context, e *entry, id string, newest string) {
-	s, err := m.client.GetSession(ctx, id)
-	if err != nil || s.Tokens == nil {
-		return
-	}
-	total := usageOf(s.Tokens, s.Cost)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t := &e.task
-	t.RunUsage = t.RunUsage.Add(total.sub(t.Usage))
-	t.Usage = total
-	t.UsageCounted = max(t.UsageCounted, newest)
 }
 
 // TreeUsage returns what the tasks of session used, with the tasks of their sessions and so
@@ -202,7 +234,7 @@ func TreeUsage(tasks []Task, session string) Usage {
 }
 
 // TreeUsage returns what the caller's tasks used, with their own tasks and so on down the
-// tree. It returns [ErrClosed] after Close.
+// tree, those cleared since New included. It returns [ErrClosed] after Close.
 func (m *Manager) TreeUsage(caller Caller) (Usage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -212,13 +244,15 @@ func (m *Manager) TreeUsage(caller Caller) (Usage, error) {
 	return m.treeUsageLocked(caller.SessionID), nil
 }
 
-// treeUsageLocked sums the usage of the tasks below session.
+// treeUsageLocked sums the usage of the tasks below session, those cleared included
+// (m.cleared).
 func (m *Manager) treeUsageLocked(session string) Usage {
 	var sum Usage
 	next := []string{session}
 	for depth := 0; len(next) > 0 && depth <= MaxNestingDepth; depth++ {
 		var below []string
 		for _, parent := range next {
+			sum = sum.Add(m.cleared[parent])
 			for _, id := range m.reg.Tasks(parent) {
 				if e := m.tasks[id]; e != nil {
 					sum = sum.Add(e.task.Usage)

@@ -3,6 +3,7 @@ package asyncagents_test
 import (
 	"context"
 	"errors"
+	"iter"
 	"math"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
 // sessionUsage returns the sum of the completed steps of session id, from its messages, and
@@ -271,4 +273,124 @@ type createsClient struct {
 func (c *createsClient) CreateSession(ctx context.Context, req opencode.CreateSessionRequest) (*opencode.Session, error) {
 	c.creates.Add(1)
 	return c.Client.CreateSession(ctx, req)
+}
+
+// dropClient drops the events of its stream that drop selects.
+type dropClient struct {
+	*opencodetest.FakeClient
+	drop func(ev opencode.Event) bool
+}
+
+type dropStream struct {
+	opencode.EventStream
+	drop func(ev opencode.Event) bool
+}
+
+func (s dropStream) All() iter.Seq2[opencode.Event, error] {
+	return func(yield func(opencode.Event, error) bool) {
+		for ev, err := range s.EventStream.All() {
+			if err == nil && s.drop(ev) {
+				continue
+			}
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
+}
+
+func (c *dropClient) Events(ctx context.Context) (opencode.EventStream, error) {
+	s, err := c.FakeClient.Events(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dropStream{s, c.drop}, nil
+}
+
+// longRun is a run of nine steps, more than a read's window of messages.
+const longRun = "RUN:sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| echo done"
+
+// C-1: a run decided from a read, longer than the read's window, and with no step seen on the
+// stream (as after a restart of the host), is counted whole: the read pages back to its prompt.
+func TestUsageOfALongRunDecidedByAReadC1(t *testing.T) {
+	f := fakeClient(t)
+	c := &dropClient{FakeClient: f, drop: func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}
+	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, longRun)
+	got := await(t, m, caller, task.ID)
+	steps, totals := sessionUsage(t, f, task.ID)
+	if !sameUsage(got.Usage, steps) {
+		t.Errorf("usage %v; session steps %v, totals %v", got.Usage, steps, totals)
+	}
+}
+
+// C-4: clearing its tasks does not give a caller its tree budget back.
+func TestTreeBudgetCountsClearedTasksC4(t *testing.T) {
+	f := fakeClient(t)
+	m := newManager(t, f, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := fakeParent(t, f)
+	first := launch(t, m, caller, "RUN:echo spends")
+	await(t, m, caller, first.ID)
+	in := asyncagents.LaunchInput{Caller: caller, Description: "more", Agent: "general", Prompt: "x"}
+	if _, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrBudget) {
+		t.Fatalf("want ErrBudget, got %v", err)
+	}
+	if _, err := m.Clear(context.Background(), caller); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Launch(context.Background(), in); err == nil {
+		t.Errorf("after Clear, a launch over the tree budget succeeded")
+	}
+}
+
+// C-4: a task below a caller whose tree reached its budget cannot launch more either.
+func TestTreeBudgetHoldsBelowC4(t *testing.T) {
+	f := fakeClient(t)
+	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := fakeParent(t, f)
+	top := launch(t, m, caller, "RUN:echo top") // 240 tokens
+	await(t, m, caller, top.ID)
+	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "x"}); !errors.Is(err, asyncagents.ErrBudget) {
+		t.Fatalf("top caller: %v", err)
+	}
+	child := asyncagents.Caller{SessionID: top.ID, Agent: "general"}
+	for i := 0; i < 3; i++ {
+		n, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: child, Description: "d", Agent: "general", Prompt: "RUN:echo nested"})
+		if err != nil {
+			break
+		}
+		await(t, m, child, n.ID)
+	}
+	u, _ := m.TreeUsage(caller)
+	if u.Tokens() > 240 {
+		t.Errorf("caller's tree used %v over a tree budget of 200 (nested launches not refused)", u)
+	}
+}
+
+type slowReadClient struct {
+	dropClient
+}
+
+func (c *slowReadClient) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
+	time.Sleep(300 * time.Millisecond)
+	return c.dropClient.Messages(ctx, id, limit)
+}
+
+// C-4: a run whose last step reaches its budget ended anyway: it is decided (completed, with
+// its result), not aborted, however late its read.
+func TestBudgetReachedByTheLastStepCompletesC4(t *testing.T) {
+	f := fakeClient(t)
+	c := &slowReadClient{dropClient{FakeClient: f, drop: func(ev opencode.Event) bool {
+		return ev.Type == opencode.EventSessionIdle || ev.Type == opencode.EventSessionStatus
+	}}}
+	m := newManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 200}),
+		asyncagents.WithPollInterval(20*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "RUN:echo x")
+	got := await(t, m, caller, task.ID)
+	if got.Status != asyncagents.StatusCompleted {
+		t.Errorf("task %s: %q (the run had completed)", got.Status, got.Error)
+	}
 }

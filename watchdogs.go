@@ -20,7 +20,7 @@ func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
 	if t.Deadline > 0 && now.Sub(t.Started) >= t.Deadline {
 		return watchdog{e, t.ResumeCount, fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline)}, true
 	}
-	if t.Budget.Reached(t.RunUsage) {
+	if t.Budget.Reached(t.RunUsage) && e.lastFinish == "tool-calls" { // a run that ended anyway is decided, not aborted
 		return watchdog{e, t.ResumeCount, fmt.Sprintf("budget: the run used %s, reaching its budget of %s, and was aborted", t.RunUsage, t.Budget)}, true
 	}
 	if m.cfg.stale > 0 {

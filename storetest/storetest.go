@@ -463,11 +463,10 @@ func FullTask(id string, n int) asyncagents.Task {
 			Permission: "external_directory",
 			Patterns:   []string{"/etc/*", "/var/log/**"},
 		},
-		Usage:        asyncagents.Usage{Input: 16172, Output: 40, Reasoning: 7, CacheRead: 900, CacheWrite: 120, Cost: 0.049116},
-		RunUsage:     asyncagents.Usage{Input: 8119, Output: 20, Reasoning: 3, CacheRead: 400, CacheWrite: 60, Cost: 0.024657},
-		FirstStep:    asyncagents.Usage{Input: 8053, Output: 20, Reasoning: 4, CacheRead: 500, CacheWrite: 60, Cost: 0.024459},
-		UsageCounted: "msg_step_2",
-		Budget:       asyncagents.Budget{Tokens: 50000, Cost: 0.25},
+		Usage:     asyncagents.Usage{Input: 16172, Output: 40, Reasoning: 7, CacheRead: 900, CacheWrite: 120, Cost: 0.049116},
+		RunUsage:  asyncagents.Usage{Input: 8119, Output: 20, Reasoning: 3, CacheRead: 400, CacheWrite: 60, Cost: 0.024657},
+		FirstStep: asyncagents.Usage{Input: 8053, Output: 20, Reasoning: 4, CacheRead: 500, CacheWrite: 60, Cost: 0.024459},
+		Budget:    asyncagents.Budget{Tokens: 50000, Cost: 0.25},
 		Notifications: []asyncagents.Notification{
 			{
 				Key:       id + "/0/completed",
