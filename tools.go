@@ -472,7 +472,7 @@ func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessag
 		return "", err
 	}
 	s := FormatList(tasks, in.Status, h.m.now())
-	if u, err := h.m.TreeUsage(caller); err == nil && !u.IsZero() {
+	if u, err := h.m.TreeUsage(caller); err == nil && !u.IsZero() && len(tasks) > 0 {
 		s += "\nUsed in all (your tasks and theirs): " + u.String()
 	}
 	return s, nil
