@@ -85,6 +85,7 @@ type runEvent struct {
 	// An idle event of a run whose log holds the whole run: the log and its frames.
 	mirror *runLog
 	reply  []logFrame
+	step   []byte // message.updated: the properties of a completed step (usage.go)
 }
 
 func (q *eventQueue) push(ev runEvent) {
@@ -170,7 +171,11 @@ func (m *Manager) handle(q *eventQueue, ev opencode.Event, epoch uint64) {
 		if l := m.mirrorOf(eventSession(ev)); l != nil {
 			l.add(logFrame{props: ev.Properties, msg: true}, epoch)
 		}
-		m.stepEvent(ev) // a restored run has no mirror
+		if completedStep(ev.Properties) { // counted by the apply loop, off the reader's path
+			if sid := eventSession(ev); sid != nil {
+				q.push(runEvent{typ: ev.Type, sid: string(sid), step: ev.Properties})
+			}
+		}
 		if m.notes.confirms.n.Load() > 0 {
 			m.confirmPosted(ev)
 		}
@@ -373,6 +378,8 @@ func (m *Manager) applyLocked(ev runEvent) {
 		}
 	case opencode.EventMessagePartUpdate:
 		m.progressLocked(e, p.Part)
+	case opencode.EventMessageUpdated:
+		m.stepLocked(e, ev.step)
 	case opencode.EventPermissionAsked:
 		m.permissionAskedLocked(e, PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns})
 	case opencode.EventPermissionReplied:

@@ -98,28 +98,29 @@ func completedStep(props []byte) bool {
 	return bytes.Contains(props, []byte(`"completed":`)) && bytes.Contains(props, []byte(`"role":"assistant"`))
 }
 
-// stepEvent counts the step of a message.updated event of a task's active run in its running
-// figures, once.
-func (m *Manager) stepEvent(ev opencode.Event) {
-	if !completedStep(ev.Properties) {
-		return
+// stepLocked counts the step of props, a message.updated event of e's active run that may
+// be a completed step, in the run's running figures, once.
+func (m *Manager) stepLocked(e *entry, props []byte) {
+	id := opencode.LeadingInfoID(props)
+	if id == nil || e.steps[string(id)] || string(id) <= e.baseline {
+		return // the second of the two updates OpenCode sends of a completed step, or an earlier run's
 	}
 	var p struct {
-		Info opencode.MessageInfo `json:"info"`
+		Info struct {
+			Role   string               `json:"role"`
+			Time   opencode.MessageTime `json:"time"`
+			Finish string               `json:"finish"`
+			Tokens *opencode.Tokens     `json:"tokens"`
+			Cost   float64              `json:"cost"`
+		} `json:"info"`
 	}
-	if json.Unmarshal(ev.Properties, &p) != nil || p.Info.Role != opencode.RoleAssistant || p.Info.Time.Completed == 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e := m.tasks[p.Info.SessionID]
-	if e == nil || !e.task.Status.Active() || e.steps[p.Info.ID] || p.Info.ID <= e.baseline {
+	if json.Unmarshal(props, &p) != nil || p.Info.Role != opencode.RoleAssistant || p.Info.Time.Completed == 0 {
 		return
 	}
 	if e.steps == nil {
 		e.steps = map[string]bool{}
 	}
-	e.steps[p.Info.ID], e.lastFinish = true, p.Info.Finish
+	e.steps[string(id)], e.lastFinish = true, p.Info.Finish
 	t, step := &e.task, usageOf(p.Info.Tokens, p.Info.Cost)
 	if t.ResumeCount == 0 && len(e.steps) == 1 && t.FirstStep.IsZero() {
 		t.FirstStep = step
