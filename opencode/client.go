@@ -252,6 +252,24 @@ func (c *HTTPClient) Children(ctx context.Context, id string) ([]Session, error)
 	return s, nil
 }
 
+// ForkSession copies session id into a new session (POST /session/{id}/fork) and returns it:
+// with messageID, the messages created strictly before that message (an id the session does
+// not have copies them all), otherwise all of them. OpenCode 1.18.33 gives the copies new
+// message and part ids and keeps their content, tool states, tokens and finish; the new
+// session has no ParentID (it is not a child of id), the title "<title> (fork #n)", and no
+// usage yet. An unknown id matches [ErrNotFound].
+func (c *HTTPClient) ForkSession(ctx context.Context, id, messageID string) (*Session, error) {
+	body := map[string]string{}
+	if messageID != "" {
+		body["messageID"] = messageID
+	}
+	var s Session
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, "/fork"), nil, body, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // Messages returns a session's messages, oldest first (GET /session/{id}/message). A limit
 // above 0 returns only the last limit messages, still oldest first; 0 returns all of them.
 // An unknown session matches [ErrNotFound].
