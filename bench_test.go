@@ -1332,6 +1332,10 @@ func (s *leanServer) Permissions(context.Context, string) ([]opencode.Permission
 	return nil, nil
 }
 
+func (s *leanServer) ForkSession(context.Context, string, string) (*opencode.Session, error) {
+	return nil, errors.New("leanServer: no fork")
+}
+
 func (s *leanServer) ReplyPermission(context.Context, string, string, opencode.PermissionReply) error {
 	return errors.New("leanServer: no permission requests")
 }

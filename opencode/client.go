@@ -27,6 +27,9 @@ type Client interface {
 	CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error)
 	// GetSession returns a session (GET /session/{id}).
 	GetSession(ctx context.Context, id string) (*Session, error)
+	// ForkSession copies a session's messages, those before messageID ("" for all), into a
+	// new session that is not its child (POST /session/{id}/fork).
+	ForkSession(ctx context.Context, id, messageID string) (*Session, error)
 	// Messages returns the last limit messages of a session, oldest first; 0 means all
 	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)

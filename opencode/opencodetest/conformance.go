@@ -70,6 +70,7 @@ func TestClient(ctx context.Context, c opencode.Client, h Harness) error {
 		{"permission", checkPermission},
 		{"permission rule", checkPermissionRule},
 		{"event stream", checkEventStream},
+		{"fork", checkFork},
 	}
 	var errs []error
 	for _, ch := range checks {

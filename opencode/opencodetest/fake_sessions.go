@@ -75,6 +75,54 @@ func (f *FakeClient) CreateSession(ctx context.Context, req opencode.CreateSessi
 	return s.session(), nil
 }
 
+// ForkSession copies a session's messages into a new session, as POST /session/{id}/fork
+// does: those created before messageID (all of them for "" or an id the session does not
+// have), with new message and part ids, assistant messages answering the copies of their user
+// messages; the new session has no parent, the title "<title> (fork #1)" and no usage.
+func (f *FakeClient) ForkSession(ctx context.Context, id, messageID string) (*opencode.Session, error) {
+	path := sessionPath(id, "/fork")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.enter(ctx, "ForkSession", http.MethodPost, path); err != nil {
+		return nil, err
+	}
+	src, err := f.session(http.MethodPost, path, id)
+	if err != nil {
+		return nil, err
+	}
+	now := f.now()
+	s := &fakeSession{info: src.info}
+	s.info.ID, s.info.ParentID = f.ids.next("ses", true, now), ""
+	s.info.Slug = f.ids.word(slugAdjectives) + "-" + f.ids.word(slugNouns)
+	s.info.Title, s.info.Tokens, s.info.Cost = src.info.Title+" (fork #1)", &tokensJSON{}, 0
+	s.info.Agent, s.info.Model, s.info.Summary, s.info.Permission = "", nil, nil, nil
+	s.info.Time = sessionTimeJSON{Created: now.UnixMilli(), Updated: now.UnixMilli()}
+	cut := len(src.msgs)
+	for i, m := range src.msgs {
+		if m.info.ID == messageID {
+			cut = i
+		}
+	}
+	ids := map[string]string{}
+	for _, m := range src.msgs[:cut] {
+		c := &fakeMessage{info: m.info}
+		c.info.ID, c.info.SessionID = f.ids.next("msg", false, now), s.info.ID
+		ids[m.info.ID] = c.info.ID
+		if p, ok := ids[m.info.ParentID]; ok {
+			c.info.ParentID = p
+		}
+		for _, p := range m.parts {
+			cp := *p
+			cp.ID, cp.SessionID, cp.MessageID = f.ids.next("prt", false, now), s.info.ID, c.info.ID
+			c.parts = append(c.parts, &cp)
+		}
+		s.msgs = append(s.msgs, c)
+	}
+	f.sessions[s.info.ID] = s
+	f.emit(opencode.EventSessionCreated, sessionEvent{SessionID: s.info.ID, Info: s.info})
+	return s.session(), nil
+}
+
 // GetSession returns a session, as GET /session/{id} does.
 func (f *FakeClient) GetSession(ctx context.Context, id string) (*opencode.Session, error) {
 	f.mu.Lock()

@@ -173,6 +173,7 @@ func (s *HTTPServer) routes() {
 	s.mux.HandleFunc("POST /session/{id}/message", s.prompt)
 	s.mux.HandleFunc("POST /session/{id}/prompt_async", s.promptAsync)
 	s.mux.HandleFunc("POST /session/{id}/abort", s.abort)
+	s.mux.HandleFunc("POST /session/{id}/fork", s.fork)
 	s.mux.HandleFunc("GET /agent", s.agents)
 	s.mux.HandleFunc("GET /permission", s.permissions)
 	s.mux.HandleFunc("POST /permission/{id}/reply", s.replyPermission)
@@ -351,6 +352,17 @@ func (s *HTTPServer) promptAsync(w http.ResponseWriter, r *http.Request) {
 
 func (s *HTTPServer) abort(w http.ResponseWriter, r *http.Request) {
 	answer(w, true, s.c.Abort(r.Context(), r.PathValue("id")))
+}
+
+func (s *HTTPServer) fork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		MessageID string `json:"messageID"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	sess, err := s.c.ForkSession(r.Context(), r.PathValue("id"), req.MessageID)
+	answer(w, sess, err)
 }
 
 func (s *HTTPServer) agents(w http.ResponseWriter, r *http.Request) {
