@@ -137,4 +137,3 @@ func commonPrefix(a, b string) int {
 	}
 	return n
 }
-
