@@ -28,6 +28,9 @@ type LaunchInput struct {
 	// compaction, with old tool results cut and the whole within a character budget (see
 	// package fork), sent before the prompt.
 	Fork bool
+	// ForkMode is how a forked task gets the context: [ForkDigest] or [ForkNative]; "" uses
+	// the Manager's ([WithForkMode]). Ignored without Fork.
+	ForkMode ForkMode
 	// Resume must be empty: a follow-up to an existing task is [Manager.Resume]. It exists
 	// so a caller's fork-and-resume request is refused with [ErrForkResumeConflict].
 	Resume string
@@ -131,7 +134,12 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	sess, err := m.createChild(ctx, in, plan.parent.Directory, depth)
+	var sess *opencode.Session
+	if plan.mode == ForkNative {
+		sess, plan.baseline, err = m.forkChild(ctx, in)
+	} else {
+		sess, err = m.createChild(ctx, in, plan.parent.Directory, depth)
+	}
 	if err != nil {
 		return Task{}, err
 	}
@@ -176,6 +184,9 @@ func (in *LaunchInput) check() error {
 	if in.Deadline < 0 {
 		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, in.Deadline)
 	}
+	if !in.ForkMode.valid() {
+		return fmt.Errorf("%w: fork mode %s: want digest or native", ErrInvalidInput, echo(string(in.ForkMode)))
+	}
 	return in.Budget.check("task")
 }
 
@@ -185,6 +196,8 @@ type launchPlan struct {
 	parent    *opencode.Session
 	injection string
 	stats     *fork.Stats
+	mode      ForkMode // for a fork: the mode used
+	baseline  string   // a native fork's newest copied message
 }
 
 // planLaunch reads the caller session (GET /session/{id}), checks the agent against its
@@ -204,7 +217,10 @@ func (m *Manager) planLaunch(ctx context.Context, in LaunchInput) (launchPlan, e
 		if err != nil {
 			return launchPlan{}, callerErr(in.Caller.SessionID, err)
 		}
-		plan.injection, plan.stats = r.Injection(), &r.Stats
+		plan.injection, plan.stats, plan.mode = r.Injection(), &r.Stats, ForkDigest
+		if cmp.Or(in.ForkMode, m.cfg.forkMode) == ForkNative && native(r.Stats) {
+			plan.injection, plan.mode = "", ForkNative
+		}
 	}
 	return plan, nil
 }
@@ -239,7 +255,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
-		Started: m.now(), Forked: in.Fork, ForkStats: plan.stats, Depth: depth,
+		Started: m.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: depth,
 		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
 	}}
 	m.mu.Lock()
@@ -252,8 +268,11 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		e.task.BatchID = open // joins the batch of the parent's active tasks
 	}
 	m.open[in.Caller.SessionID] = e.task.BatchID
-	if plan.injection != "" {
+	switch {
+	case plan.injection != "":
 		e.baseline = opencode.NewMessageID(m.now(), "") // the context's message
+	case plan.mode == ForkNative:
+		e.baseline = plan.baseline // the caller's messages, copied
 	}
 	m.newPromptIDLocked(e, e.baseline)
 	b := m.batchLocked(e.task.BatchID)

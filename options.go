@@ -92,6 +92,7 @@ type config struct {
 	waveWindow     time.Duration
 	taskBudget     Budget
 	treeBudget     Budget
+	forkMode       ForkMode
 	debugHints     bool
 	nestingDepth   int
 	followUps      int
@@ -116,6 +117,7 @@ func defaultConfig() config {
 		nestingDepth:   DefaultNestingDepth,
 		notifyHorizon:  DefaultNotifyHorizon,
 		waveWindow:     DefaultWaveWindow,
+		forkMode:       ForkDigest,
 		requestTimeout: DefaultRequestTimeout,
 		store:          &MemoryStore{},
 	}
@@ -173,6 +175,9 @@ func (c *config) validate() error {
 		{c.notifyHorizon < 0, func() string { return fmt.Sprintf("notification horizon %v must not be negative", c.notifyHorizon) }},
 		{c.notifyPolicy < NotifyPerWave || c.notifyPolicy > NotifyNoReply, func() string {
 			return fmt.Sprintf("notification policy %d is not one of NotifyPerWave, NotifyPerRun, NotifyNoReply", int(c.notifyPolicy))
+		}},
+		{c.forkMode != ForkDigest && c.forkMode != ForkNative, func() string {
+			return fmt.Sprintf("fork mode %s: want digest or native", echo(string(c.forkMode)))
 		}},
 		{!c.taskBudget.valid() || !c.treeBudget.valid(), func() string {
 			return fmt.Sprintf("budgets %s, %s must not be negative", c.taskBudget, c.treeBudget)
@@ -292,6 +297,11 @@ func WithRequestTimeout(d time.Duration) Option {
 // per task. It is checked at every status poll, so it fires up to one poll interval late.
 // Defaults to 0: no deadline; must not be negative.
 func WithDeadline(d time.Duration) Option { return optionFunc(func(cfg *config) { cfg.deadline = d }) }
+
+// WithForkMode sets how forked tasks get their caller's context when [LaunchInput].ForkMode
+// (the task tool's fork_mode) does not say: [ForkDigest] or [ForkNative]. Defaults to
+// ForkDigest.
+func WithForkMode(m ForkMode) Option { return optionFunc(func(cfg *config) { cfg.forkMode = m }) }
 
 // WithTaskBudget bounds what each run of a task may use: once its completed steps, as the
 // event stream shows them (Task.RunUsage), reach the budget (Task.Budget) while the run goes

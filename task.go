@@ -85,6 +85,7 @@ type Task struct {
 	Depth           int                `json:"depth,omitempty"`      // 1, or its parent task's depth + 1
 	Deadline        time.Duration      `json:"deadline,omitempty"`   // how long a run may take; 0: no limit
 	Progress        Progress           `json:"progress"`             //
+	ForkMode        ForkMode           `json:"forkMode,omitempty"`   // how a forked task got the context
 	ForkStats       *fork.Stats        `json:"forkStats,omitempty"`  // what a forked task inherited
 	Permission      *PendingPermission `json:"permission,omitempty"` // a request the session waits on
 	// Usage is what the task's model steps used, all runs together, and RunUsage what the

@@ -68,6 +68,7 @@ type taskArgs struct {
 	Prompt       string  `json:"prompt" jsonschema:"The task for the agent, or the follow-up when resuming"`
 	Agent        string  `json:"agent,omitempty" jsonschema:"The agent to run (for example general or explore); required unless resume is set"`
 	Fork         bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
+	ForkMode     string  `json:"fork_mode,omitempty" jsonschema:"With fork: native continues from a copy of this conversation as it is (cheaper: the model's prompt cache is reused; too long a conversation falls back to digest), digest sends it as one text cut to fit; absent: the host's default"`
 	Resume       string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
 	Model        string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
 	Deadline     float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
@@ -99,6 +100,7 @@ type clearArgs struct{}
 var (
 	taskSchema = schemaFor[taskArgs](func(s *jsonschema.Schema) {
 		between(s, "deadline", 0, maxToolDeadline)
+		s.Properties["fork_mode"].Enum = []any{string(ForkDigest), string(ForkNative)}
 		atLeast(s, "budget_tokens", 0)
 		atLeast(s, "budget_cost", 0)
 		s.If = &jsonschema.Schema{Required: []string{"resume"}}
@@ -340,7 +342,8 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		return h.resume(ctx, caller, in)
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
-		Agent: in.Agent, Fork: in.Fork, Model: in.Model, Deadline: time.Duration(in.Deadline * float64(time.Second)), Budget: budget})
+		Agent: in.Agent, Fork: in.Fork, ForkMode: ForkMode(in.ForkMode), Model: in.Model,
+		Deadline: time.Duration(in.Deadline * float64(time.Second)), Budget: budget})
 	if err != nil {
 		if t.ID != "" {
 			return "", fmt.Errorf("task %s failed to start: %w", t.DisplayID, err)
