@@ -158,6 +158,21 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ResumeCount != 1 {
 		t.Errorf("after a resume: %s, %d resumes: %q", got.Status, got.ResumeCount, got.Error)
 	}
+	// Nesting depth: the fork (depth 1, the deepest by default) may not launch tasks, although
+	// OpenCode's copy takes no permission rule that hides the tools from it.
+	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.ID, Agent: "build"},
+		Description: "x", Agent: "build", Prompt: "x"}); !errors.Is(err, asyncagents.ErrNestingDepth) {
+		t.Errorf("a launch from the fork = %v, want ErrNestingDepth", err)
+	}
+	// Deleting the caller takes the task away from the Manager; OpenCode keeps the copy,
+	// which is not its child.
+	if err := c.DeleteSession(context.Background(), parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { _, err := m.Get(task.ID); return errors.Is(err, asyncagents.ErrTaskNotFound) })
+	if _, err := c.GetSession(context.Background(), task.ID); err != nil {
+		t.Errorf("the fork's session after its caller was deleted: %v (OpenCode 1.18.33 keeps it)", err)
+	}
 }
 
 // lastChat returns the last chat request that holds s.

@@ -77,6 +77,7 @@ type serveConfig struct {
 	bounds                                                  taskBounds
 	notify                                                  asyncagents.NotifyPolicy
 	waveWindow                                              time.Duration
+	forkMode                                                string
 }
 
 // taskBounds is what serve lets the models start: the Manager's concurrency limits, its cap
@@ -174,8 +175,14 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 		"how a session's notifications ask for its model's turn: wave (one turn for the run ends of a wave), run (one per run end) or none")
 	fs.DurationVar(&c.waveWindow, "wave-window", asyncagents.DefaultWaveWindow,
 		fmt.Sprintf("with -notify wave, how long a turn waits for more runs to end while some still run: 0 to %v", asyncagents.MaxWaveWindow))
+	fs.StringVar(&c.forkMode, "fork-mode", string(asyncagents.ForkDigest),
+		"how forked tasks get the context when the model does not say: digest (one text, cut to fit) or native (OpenCode's copy of the session, which keeps the prompt cache)")
 	if err := parse(fs, args, serveHelp); err != nil {
 		return c, nil, err
+	}
+	if m := asyncagents.ForkMode(c.forkMode); m != asyncagents.ForkDigest && m != asyncagents.ForkNative {
+		fmt.Fprintf(errOut, "%s: bad -fork-mode %q: digest or native\n", fs.Name(), c.forkMode)
+		return c, nil, errUsage
 	}
 	if c.waveWindow < 0 || c.waveWindow > asyncagents.MaxWaveWindow {
 		fmt.Fprintf(errOut, "%s: bad -wave-window %v: 0 to %v\n", fs.Name(), c.waveWindow, asyncagents.MaxWaveWindow)
@@ -315,7 +322,8 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 		return nil, nil, errors.Join(err, store.Close())
 	}
 	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
-		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow))...)
+		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow),
+		asyncagents.WithForkMode(asyncagents.ForkMode(c.forkMode)))...)
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}

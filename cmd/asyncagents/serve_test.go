@@ -475,9 +475,10 @@ func TestServeBesideTheTUI(t *testing.T) {
 	}
 }
 
-// N: serve's notification flags: a bad -notify or -wave-window is a usage error naming it.
+// Serve's notification and fork flags: a bad -notify, -wave-window or -fork-mode is a usage
+// error naming it.
 func TestServeNotifyFlags(t *testing.T) {
-	for _, bad := range [][]string{{"-notify", "sometimes"}, {"-wave-window", "-1s"}, {"-wave-window", "2h"}} {
+	for _, bad := range [][]string{{"-notify", "sometimes"}, {"-wave-window", "-1s"}, {"-wave-window", "2h"}, {"-fork-mode", "copy"}} {
 		if code, _, errOut := runCmd(t, append([]string{"serve"}, bad...)...); code != exitUsage || !strings.Contains(errOut, bad[0]) {
 			t.Errorf("serve %q: exit %d, %s", bad, code, errOut)
 		}
