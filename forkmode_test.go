@@ -176,7 +176,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 }
 
 // lastChat returns the last chat request that holds s.
-func lastChat(t *testing.T, reqs []opencodetest.Request, s string) opencodetest.Request {
+func lastChat(t testing.TB, reqs []opencodetest.Request, s string) opencodetest.Request {
 	t.Helper()
 	for i := len(reqs) - 1; i >= 0; i-- {
 		if reqs[i].Kind == opencodetest.KindChat && reqs[i].Contains(s) {
@@ -189,7 +189,7 @@ func lastChat(t *testing.T, reqs []opencodetest.Request, s string) opencodetest.
 
 // renderedRequest returns a request as a provider's prompt cache sees it: the tools, then
 // the messages (the system prompt first), each as sent.
-func renderedRequest(t *testing.T, r opencodetest.Request) string {
+func renderedRequest(t testing.TB, r opencodetest.Request) string {
 	t.Helper()
 	var body struct {
 		Tools    json.RawMessage   `json:"tools"`

@@ -53,7 +53,7 @@ func launch(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, pro
 	return task
 }
 
-func await(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, id string) asyncagents.Task {
+func await(t testing.TB, m *asyncagents.Manager, caller asyncagents.Caller, id string) asyncagents.Task {
 	t.Helper()
 	out, err := m.Output(context.Background(), caller, id, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
 	if err != nil || out.TimedOut {

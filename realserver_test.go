@@ -54,7 +54,7 @@ func parentWithWork(t *testing.T, c *opencode.HTTPClient) (*opencode.Session, st
 }
 
 // firstRequest returns the first chat request whose last user message starts with marker.
-func firstRequest(t *testing.T, model *opencodetest.Model, marker string) opencodetest.Request {
+func firstRequest(t testing.TB, model *opencodetest.Model, marker string) opencodetest.Request {
 	t.Helper()
 	for _, r := range model.Requests() {
 		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.HasPrefix(last, marker) {
