@@ -114,6 +114,14 @@ func TestForkModeValidated(t *testing.T) {
 	if _, err := task.Handler(context.Background(), caller, args); !errors.Is(err, asyncagents.ErrInvalidInput) {
 		t.Errorf("task tool = %v", err)
 	}
+	// The task tool (as the MCP bridge serves it) launches a native fork.
+	args, _ = json.Marshal(map[string]any{"description": "d", "agent": "build", "prompt": "p", "fork": true, "fork_mode": "native"})
+	if _, err := task.Handler(context.Background(), caller, args); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := m.List(caller, ""); len(list) != 1 || list[0].ForkMode != asyncagents.ForkNative {
+		t.Errorf("tasks after the task tool's native fork: %+v", list)
+	}
 }
 
 // F-18 on the real server: a native fork inherits the caller's context (it quotes a token
