@@ -435,6 +435,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		BatchID:         "batch_1",
 		ResumeCount:     n%3 + 1,
 		Forked:          true,
+		ForkMode:        asyncagents.ForkNative,
 		Depth:           n%2 + 1,
 		Deadline:        time.Duration(n+1) * time.Minute,
 		FollowUps:       []string{"follow up " + id},
