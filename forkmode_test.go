@@ -166,6 +166,16 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ResumeCount != 1 {
 		t.Errorf("after a resume: %s, %d resumes: %q", got.Status, got.ResumeCount, got.Error)
 	}
+	// A native fork is cancelled as any task.
+	long, err := m.Launch(ctxT(t, 60*time.Second), asyncagents.LaunchInput{Caller: caller, Description: "long native", Agent: "build",
+		Prompt: "[native-long] SLEEP:30", Fork: true, ForkMode: asyncagents.ForkNative})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { return busy(context.Background(), c, long.ID) })
+	if got, err := m.Cancel(context.Background(), caller, long.ID); err != nil || got.Status != asyncagents.StatusCancelled {
+		t.Errorf("Cancel = %s, %v", got.Status, err)
+	}
 	// Nesting depth: the fork (depth 1, the deepest by default) may not launch tasks, although
 	// OpenCode's copy takes no permission rule that hides the tools from it.
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.ID, Agent: "build"},
