@@ -60,7 +60,7 @@ func BenchmarkRealServerForkModes(b *testing.B) {
 						b.Fatalf("task %s in mode %q: %q", got.Status, got.ForkMode, got.Error)
 					}
 					first := firstRequest(b, srv.Model, marker)
-					x, y := renderedRequest(b, last), renderedRequest(b, first)
+					x, y := last.Rendered(), first.Rendered()
 					k := 0
 					for k < min(len(x), len(y)) && x[k] == y[k] {
 						k++

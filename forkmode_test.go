@@ -146,7 +146,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 		t.Fatalf("task %s mode %q result %q (want %s): %q", got.Status, got.ForkMode, got.Result, secret, got.Error)
 	}
 	childFirst := firstRequest(t, srv.Model, "[native]")
-	a, b := renderedRequest(t, parentLast), renderedRequest(t, childFirst)
+	a, b := parentLast.Rendered(), childFirst.Rendered()
 	shared := 0
 	for shared < min(len(a), len(b)) && a[shared] == b[shared] {
 		shared++
@@ -203,23 +203,4 @@ func lastChat(t testing.TB, reqs []opencodetest.Request, s string) opencodetest.
 	}
 	t.Fatalf("no request holds %s", s)
 	return opencodetest.Request{}
-}
-
-// renderedRequest returns a request as a provider's prompt cache sees it: the tools, then
-// the messages (the system prompt first), each as sent.
-func renderedRequest(t testing.TB, r opencodetest.Request) string {
-	t.Helper()
-	var body struct {
-		Tools    json.RawMessage   `json:"tools"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(r.Body, &body); err != nil {
-		t.Fatal(err)
-	}
-	var sb strings.Builder
-	sb.Write(body.Tools)
-	for _, m := range body.Messages {
-		sb.Write(m)
-	}
-	return sb.String()
 }

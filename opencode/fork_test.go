@@ -2,7 +2,6 @@ package opencode_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,7 +87,7 @@ func TestForkSession(t *testing.T) {
 		t.Errorf("the fork's reply %q does not quote %s, seen only in the parent's tool output", reply, secret)
 	}
 	first := lastRequest(t, srv.Model.Requests()[before:], tag)
-	a, b := rendered(t, last), rendered(t, first)
+	a, b := last.Rendered(), first.Rendered()
 	shared := commonPrefix(a, b)
 	t.Logf("parent's last request %d bytes, the fork's first %d, shared prefix %d (%.1f%%)", len(a), len(b), shared, 100*float64(shared)/float64(len(a)))
 	if float64(shared) < 0.95*float64(len(a)) {
@@ -106,25 +105,6 @@ func lastRequest(t *testing.T, reqs []opencodetest.Request, tag string) opencode
 	}
 	t.Fatalf("no request holds %s", tag)
 	return opencodetest.Request{}
-}
-
-// rendered returns a request as a provider's prompt cache sees it: the tools, then the
-// messages (the system prompt first), each as sent.
-func rendered(t *testing.T, r opencodetest.Request) string {
-	t.Helper()
-	var body struct {
-		Tools    json.RawMessage   `json:"tools"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(r.Body, &body); err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	b.Write(body.Tools)
-	for _, m := range body.Messages {
-		b.Write(m)
-	}
-	return b.String()
 }
 
 // commonPrefix returns the length of the longest common prefix of a and b, in bytes.

@@ -79,6 +79,26 @@ func (r *Request) ToolResultsSinceUser() []string {
 	return out
 }
 
+// Rendered returns the request as a provider's prompt cache sees it: its tools, then its
+// messages (the system prompt first), each as the server sent them (JSON). Two requests
+// share a cached prefix as long as their Rendered strings do. It is "" for the requests of
+// a FakeClient, which have no body.
+func (r *Request) Rendered() string {
+	var body struct {
+		Tools    json.RawMessage   `json:"tools"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(r.Body, &body) != nil {
+		return ""
+	}
+	var b strings.Builder
+	b.Write(body.Tools)
+	for _, m := range body.Messages {
+		b.Write(m)
+	}
+	return b.String()
+}
+
 // Contains reports whether any message of the request contains s.
 func (r *Request) Contains(s string) bool {
 	for _, m := range r.Messages {
