@@ -1332,7 +1332,7 @@ func (s *leanServer) Permissions(context.Context, string) ([]opencode.Permission
 	return nil, nil
 }
 
-func (s *leanServer) ForkSession(context.Context, string, string) (*opencode.Session, error) {
+func (s *leanServer) ForkSession(context.Context, string, opencode.ForkSessionRequest) (*opencode.Session, error) {
 	return nil, errors.New("leanServer: no fork")
 }
 

@@ -311,7 +311,7 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event, epoch uint64) {
 		m.activity(q, sid)
 		return
 	}
-	part := &opencode.Part{ID: p.ID, Type: opencode.PartTool, Tool: p.Tool}
+	part := &opencode.Part{ID: p.ID, MessageID: p.MessageID, Type: opencode.PartTool, Tool: p.Tool}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.applyQueuedLocked(q, true)

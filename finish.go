@@ -15,6 +15,9 @@ func (m *Manager) busyLocked(e *entry) {
 
 // progressLocked counts a tool part the first time it is seen.
 func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
+	if part.MessageID != "" && part.MessageID <= e.baseline {
+		return // a message from before the run: a native fork's copies, say
+	}
 	for _, id := range e.recent {
 		if id == part.ID {
 			return

@@ -2,6 +2,7 @@ package asyncagents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/asyncagents/asyncagents/fork"
@@ -21,16 +22,20 @@ const (
 	ForkDigest ForkMode = "digest"
 	// ForkNative starts the child from OpenCode's own copy of the caller's session
 	// (POST /session/{id}/fork): the caller's messages as they are, up to the one that
-	// launched the task (Caller.MessageID; all of them without it), then the prompt as the
-	// next user message. With the caller's agent and model, the child's first model request
+	// launched the task (Caller.MessageID; without it, up to a step of the caller still
+	// running, or all of them), in the caller's directory, then the prompt as the next user
+	// message. With the caller's agent and model, the child's first model request
 	// repeats the caller's last request as a prefix, which a provider's prompt cache reads at
 	// a fraction of the input price. When the history does not fit the fork pipeline's
 	// budget (the pipeline would drop its oldest messages, or clip the one left), the task
 	// falls back to ForkDigest (Task.ForkMode says which was used). OpenCode does not
 	// make the copy a child of the caller: it has no parentID, its title is the caller's with
-	// " (fork #1)", it takes no permission rules (the Manager still refuses launches from a
+	// " (fork #n)", it takes no permission rules (the Manager still refuses launches from a
 	// task at the deepest nesting level), and deleting the caller does not delete it (the
-	// Manager cancels its task as for any task of a deleted parent).
+	// Manager drops its task, aborting it, as for any task of a deleted parent). The task's
+	// prompt comes after a synthetic part telling it that the messages above are a copy of a
+	// conversation that goes on without it. Only with the caller's agent and model is the
+	// prefix the caller's: another agent has another system prompt and tools.
 	ForkNative ForkMode = "native"
 )
 
@@ -42,12 +47,39 @@ func (m ForkMode) valid() bool { return m == "" || m == ForkDigest || m == ForkN
 // the tiers cut are no reason: the copy keeps them whole, and the cache reads them.)
 func native(s fork.Stats) bool { return s.RemovedMessages == 0 && !s.BudgetClipped }
 
-// forkChild creates a native fork's session: OpenCode's copy of the caller session up to
-// the caller's message (POST /session/{id}/fork), and returns it with the id of its newest
-// message (GET /session/{id}/message?limit=1), the baseline of the task's first run.
-func (m *Manager) forkChild(ctx context.Context, in LaunchInput) (*opencode.Session, string, error) {
+// nativeFraming is what a native fork is told before its prompt, as a synthetic part: the
+// messages above are a copy of the caller's conversation, whose work goes on without it.
+const nativeFraming = "You are a background task started from a copy of the conversation above. " +
+	"The conversation goes on elsewhere without you: do only the task below, do not take up " +
+	"the conversation's own work, and end with the task's result."
+
+// forkChild creates a native fork's session in the caller's directory dir: OpenCode's copy of
+// the caller session (POST /session/{id}/fork?directory=) cut before the caller's message, and
+// returns it with the id of its newest message (GET /session/{id}/message?limit=1), the
+// baseline of the task's first run. Without a caller message the server knows (read with
+// GET /session/{id}/message/{messageID}), the cut is before the caller's newest message when
+// that is a step still running (the one calling the tool), so the copy holds no step cut
+// short; otherwise the copy is whole.
+func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string) (*opencode.Session, string, error) {
+	cut := in.Caller.MessageID
+	if cut != "" {
+		if _, err := m.client.Message(ctx, in.Caller.SessionID, cut); errors.Is(err, opencode.ErrNotFound) {
+			cut = ""
+		} else if err != nil {
+			return nil, "", fmt.Errorf("asyncagents: read the caller's message: %w", err)
+		}
+	}
+	if cut == "" {
+		newest, err := m.client.Messages(ctx, in.Caller.SessionID, 1)
+		if err != nil {
+			return nil, "", callerErr(in.Caller.SessionID, err)
+		}
+		if len(newest) == 1 && newest[0].Info.Role == opencode.RoleAssistant && newest[0].Info.Time.Completed == 0 {
+			cut = newest[0].Info.ID
+		}
+	}
 	m.awaitStream(ctx)
-	sess, err := m.client.ForkSession(ctx, in.Caller.SessionID, in.Caller.MessageID)
+	sess, err := m.client.ForkSession(ctx, in.Caller.SessionID, opencode.ForkSessionRequest{MessageID: cut, Directory: dir})
 	if err != nil {
 		return nil, "", fmt.Errorf("asyncagents: fork the caller session: %w", err)
 	}

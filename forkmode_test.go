@@ -22,10 +22,10 @@ type forksClient struct {
 	at    atomic.Value // the messageID of the last fork
 }
 
-func (c *forksClient) ForkSession(ctx context.Context, id, messageID string) (*opencode.Session, error) {
+func (c *forksClient) ForkSession(ctx context.Context, id string, req opencode.ForkSessionRequest) (*opencode.Session, error) {
 	c.forks.Add(1)
-	c.at.Store(messageID)
-	return c.Client.ForkSession(ctx, id, messageID)
+	c.at.Store(req.MessageID)
+	return c.Client.ForkSession(ctx, id, req)
 }
 
 // F-18: a native fork starts from OpenCode's copy of the caller, cut before the caller's
@@ -55,7 +55,9 @@ func TestNativeForkF18(t *testing.T) {
 		t.Errorf("forks %d at %v, want one at the caller's message %s", c.forks.Load(), c.at.Load(), caller.MessageID)
 	}
 	msgs, _ := f.Messages(context.Background(), task.ID, 0)
-	if len(msgs) != len(parentMsgs)-1+2 || msgs[0].Parts[0].Text != parentMsgs[0].Parts[0].Text || msgs[len(msgs)-2].Parts[0].Text != "continue" {
+	prompt := msgs[len(msgs)-2].Parts
+	if len(msgs) != len(parentMsgs)-1+2 || msgs[0].Parts[0].Text != parentMsgs[0].Parts[0].Text || len(prompt) != 2 ||
+		!prompt[0].Synthetic || !strings.Contains(prompt[0].Text, "copy of the conversation") || prompt[1].Text != "continue" {
 		t.Errorf("the fork's session holds %d messages, want the caller's %d before its message, the prompt and the reply", len(msgs), len(parentMsgs)-1)
 	}
 	if list, _ := m.List(caller, ""); len(list) != 1 || list[0].Markers() != " (forked)" {
@@ -145,7 +147,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if got.Status != asyncagents.StatusCompleted || got.ForkMode != asyncagents.ForkNative || !strings.Contains(got.Result, secret) {
 		t.Fatalf("task %s mode %q result %q (want %s): %q", got.Status, got.ForkMode, got.Result, secret, got.Error)
 	}
-	childFirst := firstRequest(t, srv.Model, "[native]")
+	childFirst := firstAsked(t, srv.Model, "[native]")
 	a, b := parentLast.Rendered(), childFirst.Rendered()
 	shared := 0
 	for shared < min(len(a), len(b)) && a[shared] == b[shared] {
@@ -191,6 +193,18 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if _, err := c.GetSession(context.Background(), task.ID); err != nil {
 		t.Errorf("the fork's session after its caller was deleted: %v (OpenCode 1.18.33 keeps it)", err)
 	}
+}
+
+// firstAsked returns the first chat request whose last user message holds s.
+func firstAsked(t testing.TB, model *opencodetest.Model, s string) opencodetest.Request {
+	t.Helper()
+	for _, r := range model.Requests() {
+		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.Contains(last, s) {
+			return r
+		}
+	}
+	t.Fatalf("no model request asks %q", s)
+	return opencodetest.Request{}
 }
 
 // lastChat returns the last chat request that holds s.

@@ -87,7 +87,8 @@ func parseModel(s string) (*opencode.Model, error) {
 // creates the child session in the caller's directory (POST /session?directory=, with the caller's
 // session as parentID, the title "Background: <description>" or
 // "Background (forked): <description>", and a rule denying the LLM tools at the deepest
-// level of [WithNestingDepth]); for a fork it reads the caller's messages newest first
+// level of [WithNestingDepth]; a native fork ([ForkNative]) is instead OpenCode's copy of
+// the caller, POST /session/{id}/fork?directory=); for a fork it reads the caller's messages newest first
 // (GET /session/{id}/message?limit=…&before=…), only as far back as the child's context
 // reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline
 // and sends the result as a synthetic part without reply (POST /session/{id}/message with
@@ -136,7 +137,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	}
 	var sess *opencode.Session
 	if plan.mode == ForkNative {
-		sess, plan.baseline, err = m.forkChild(ctx, in)
+		sess, plan.baseline, err = m.forkChild(ctx, in, plan.parent.Directory)
 	} else {
 		sess, err = m.createChild(ctx, in, plan.parent.Directory, depth)
 	}

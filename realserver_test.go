@@ -571,25 +571,30 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 			t.Fatal(err)
 		}
 		caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
-		for _, fork := range []bool{false, true} {
+		for _, mode := range []asyncagents.ForkMode{"", asyncagents.ForkDigest, asyncagents.ForkNative} {
+			fork := mode != ""
 			mark := fmt.Sprintf("where am I %d", time.Now().UnixNano())
 			task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "where", Agent: "general", Fork: fork,
-				Prompt: mark + "\nRUN:pwd"})
+				ForkMode: mode, Prompt: mark + "\nRUN:pwd"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if task.Directory != dir {
 				t.Errorf("task of a parent in %s has directory %q", dir, task.Directory)
 			}
-			if sess, err := c.GetSession(ctx, task.ID); err != nil || sess.Directory != dir || sess.ParentID != parent.ID {
-				t.Errorf("child session = %+v, %v; want directory %s, parent %s", sess, err, dir, parent.ID)
+			wantParent := parent.ID
+			if mode == asyncagents.ForkNative {
+				wantParent = "" // OpenCode's copy is not a child
+			}
+			if sess, err := c.GetSession(ctx, task.ID); err != nil || sess.Directory != dir || sess.ParentID != wantParent {
+				t.Errorf("child session = %+v, %v; want directory %s, parent %q", sess, err, dir, wantParent)
 			}
 			if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
-				t.Fatalf("task in %s (fork %v): %s %q", dir, fork, got.Status, got.Error)
+				t.Fatalf("task in %s (fork %q): %s %q", dir, mode, got.Status, got.Error)
 			}
-			req := firstRequest(t, srv.Model, mark)
+			req := firstAsked(t, srv.Model, mark)
 			if sys := req.System(); !strings.Contains(sys, "Working directory: "+dir+"\n") {
-				t.Errorf("the task's model (parent in %s, fork %v) was told another directory:\n%.1500s", dir, fork, sys)
+				t.Errorf("the task's model (parent in %s, fork %q) was told another directory:\n%.1500s", dir, mode, sys)
 			}
 			if out := req.ToolResultsSinceUser(); len(out) > 0 {
 				t.Logf("first request's tool results: %q", out)
@@ -607,7 +612,7 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 				}
 			}
 			if pwd != dir {
-				t.Errorf("bash in the task (parent in %s, fork %v) ran in %q", dir, fork, pwd)
+				t.Errorf("bash in the task (parent in %s, fork %q) ran in %q", dir, mode, pwd)
 			}
 		}
 		// A follow-up runs where the task does.
@@ -618,6 +623,6 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 		if got := await(t, m, caller, tasks[0].ID); got.Status != asyncagents.StatusCompleted || got.Directory != dir {
 			t.Errorf("resumed task: %s %q in %q", got.Status, got.Error, got.Directory)
 		}
-		waitFor(t, 30*time.Second, func() bool { return len(notifications(t, c, parent.ID)) == 3 })
+		waitFor(t, 30*time.Second, func() bool { return len(notifications(t, c, parent.ID)) == 4 })
 	}
 }

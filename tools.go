@@ -68,7 +68,7 @@ type taskArgs struct {
 	Prompt       string  `json:"prompt" jsonschema:"The task for the agent, or the follow-up when resuming"`
 	Agent        string  `json:"agent,omitempty" jsonschema:"The agent to run (for example general or explore); required unless resume is set"`
 	Fork         bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
-	ForkMode     string  `json:"fork_mode,omitempty" jsonschema:"With fork: native continues from a copy of this conversation as it is (cheaper: the model's prompt cache is reused; too long a conversation falls back to digest), digest sends it as one text cut to fit; absent: the host's default"`
+	ForkMode     string  `json:"fork_mode,omitempty" jsonschema:"With fork: native continues from a copy of this conversation as it is (cheaper with your own agent and model: the prompt cache is reused; too long a conversation falls back to digest), digest sends it as one text cut to fit; absent: the host's default"`
 	Resume       string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
 	Model        string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
 	Deadline     float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
@@ -377,7 +377,9 @@ func (h toolHandlers) resume(ctx context.Context, caller Caller, in taskArgs) (s
 func (h toolHandlers) launched(t Task) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Background task launched: %s\nDescription: %s\nAgent: %s\n", t.DisplayID, t.Description, t.Agent)
-	if t.Forked && t.ForkStats != nil {
+	if t.Forked && t.ForkMode == ForkNative && t.ForkStats != nil {
+		fmt.Fprintf(&b, "Forked natively: it continues from a copy of this conversation (%d messages).\n", t.ForkStats.OriginalMessages)
+	} else if t.Forked && t.ForkStats != nil {
 		fmt.Fprintf(&b, "Forked with this conversation's context (%d of %d messages", t.ForkStats.FinalMessages, t.ForkStats.OriginalMessages)
 		if t.ForkStats.CompactionDetected {
 			b.WriteString(", from the latest compaction summary")

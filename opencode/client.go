@@ -27,9 +27,9 @@ type Client interface {
 	CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error)
 	// GetSession returns a session (GET /session/{id}).
 	GetSession(ctx context.Context, id string) (*Session, error)
-	// ForkSession copies a session's messages, those before messageID ("" for all), into a
-	// new session that is not its child (POST /session/{id}/fork).
-	ForkSession(ctx context.Context, id, messageID string) (*Session, error)
+	// ForkSession copies a session's messages, those before req.MessageID ("" for all), into
+	// a new session in req.Directory that is not its child (POST /session/{id}/fork).
+	ForkSession(ctx context.Context, id string, req ForkSessionRequest) (*Session, error)
 	// Messages returns the last limit messages of a session, oldest first; 0 means all
 	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
@@ -255,19 +255,24 @@ func (c *HTTPClient) Children(ctx context.Context, id string) ([]Session, error)
 	return s, nil
 }
 
-// ForkSession copies session id into a new session (POST /session/{id}/fork) and returns it:
-// with messageID, the messages created strictly before that message (an id the session does
-// not have copies them all), otherwise all of them. OpenCode 1.18.33 gives the copies new
-// message and part ids and keeps their content, tool states, tokens and finish; the new
-// session has no ParentID (it is not a child of id), the title "<title> (fork #n)", and no
-// usage yet. An unknown id matches [ErrNotFound].
-func (c *HTTPClient) ForkSession(ctx context.Context, id, messageID string) (*Session, error) {
-	body := map[string]string{}
-	if messageID != "" {
-		body["messageID"] = messageID
-	}
+// ForkSessionRequest is what [HTTPClient.ForkSession] sends.
+type ForkSessionRequest struct {
+	// MessageID cuts the copy: only the messages created strictly before it are copied (an
+	// id the session does not have copies them all); "" copies all of them.
+	MessageID string `json:"messageID,omitempty"`
+	// Directory is where the new session lives (?directory=): OpenCode 1.18.33 puts a fork
+	// in the directory of the request, not in the original's; "" uses the client's default.
+	Directory string `json:"-"`
+}
+
+// ForkSession copies session id into a new session (POST /session/{id}/fork?directory=) and
+// returns it. OpenCode 1.18.33 gives the copies new message and part ids and keeps their
+// content, tool states, tokens and finish; the new session has no ParentID (it is not a
+// child of id), the title "<title> (fork #n)", and no usage yet. An unknown id matches
+// [ErrNotFound].
+func (c *HTTPClient) ForkSession(ctx context.Context, id string, req ForkSessionRequest) (*Session, error) {
 	var s Session
-	if err := c.do(ctx, http.MethodPost, sessionPath(id, "/fork"), nil, body, &s); err != nil {
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, "/fork"), dirQuery(req.Directory), req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

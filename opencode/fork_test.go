@@ -44,7 +44,7 @@ func TestForkSession(t *testing.T) {
 	before := len(srv.Model.Requests())
 	last := lastRequest(t, srv.Model.Requests(), tag)
 
-	child, err := c.ForkSession(ctx, parent.ID, "")
+	child, err := c.ForkSession(ctx, parent.ID, opencode.ForkSessionRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestForkSession(t *testing.T) {
 	if len(copied) != len(parentMsgs) || copied[0].Info.ID == parentMsgs[0].Info.ID || copied[0].Parts[0].Text != parentMsgs[0].Parts[0].Text {
 		t.Errorf("fork holds %d messages (first %s), want copies of the parent's %d", len(copied), copied[0].Info.ID, len(parentMsgs))
 	}
-	partial, err := c.ForkSession(ctx, parent.ID, parentMsgs[2].Info.ID)
+	partial, err := c.ForkSession(ctx, parent.ID, opencode.ForkSessionRequest{MessageID: parentMsgs[2].Info.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func checkFork(k *checker) {
 		k.errorf("messages before the fork = %d, want 3", len(orig))
 		return
 	}
-	f, err := k.c.ForkSession(k.ctx, s.ID, "")
+	f, err := k.c.ForkSession(k.ctx, s.ID, opencode.ForkSessionRequest{})
 	if !k.ok(err, "ForkSession") {
 		return
 	}
@@ -46,12 +46,12 @@ func checkFork(k *checker) {
 	if copies[0].Parts[0].Text != orig[0].Parts[0].Text {
 		k.errorf("copied prompt %q, want %q", copies[0].Parts[0].Text, orig[0].Parts[0].Text)
 	}
-	if part, err := k.c.ForkSession(k.ctx, s.ID, orig[2].Info.ID); k.ok(err, "ForkSession at a message") {
+	if part, err := k.c.ForkSession(k.ctx, s.ID, opencode.ForkSessionRequest{MessageID: orig[2].Info.ID}); k.ok(err, "ForkSession at a message") {
 		if n := len(k.messages(part.ID, 0)); n != 2 {
 			k.errorf("fork before the third message holds %d messages, want 2", n)
 		}
 	}
-	if _, err := k.c.ForkSession(k.ctx, "ses_conformanceUnknown0000", ""); !errors.Is(err, opencode.ErrNotFound) {
+	if _, err := k.c.ForkSession(k.ctx, "ses_conformanceUnknown0000", opencode.ForkSessionRequest{}); !errors.Is(err, opencode.ErrNotFound) {
 		k.errorf("ForkSession of an unknown session = %v, want ErrNotFound", err)
 	}
 }

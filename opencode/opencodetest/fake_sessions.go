@@ -76,10 +76,12 @@ func (f *FakeClient) CreateSession(ctx context.Context, req opencode.CreateSessi
 }
 
 // ForkSession copies a session's messages into a new session, as POST /session/{id}/fork
-// does: those created before messageID (all of them for "" or an id the session does not
-// have), with new message and part ids, assistant messages answering the copies of their user
-// messages; the new session has no parent, the title "<title> (fork #1)" and no usage.
-func (f *FakeClient) ForkSession(ctx context.Context, id, messageID string) (*opencode.Session, error) {
+// does: those created before req.MessageID (all of them for "" or an id the session does
+// not have), with new message and part ids, assistant messages answering the copies of their
+// user messages; the new session is in req.Directory (the client's default when empty, not
+// the original's), has no parent, the title "<title> (fork #1)" and no usage.
+func (f *FakeClient) ForkSession(ctx context.Context, id string, req opencode.ForkSessionRequest) (*opencode.Session, error) {
+	messageID := req.MessageID
 	path := sessionPath(id, "/fork")
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -97,6 +99,8 @@ func (f *FakeClient) ForkSession(ctx context.Context, id, messageID string) (*op
 	s.info.Title, s.info.Tokens, s.info.Cost = src.info.Title+" (fork #1)", &tokensJSON{}, 0
 	s.info.Agent, s.info.Model, s.info.Summary, s.info.Permission = "", nil, nil, nil
 	s.info.Time = sessionTimeJSON{Created: now.UnixMilli(), Updated: now.UnixMilli()}
+	s.info.Directory = cmp.Or(req.Directory, f.cfg.dir)
+	s.info.Path = strings.TrimPrefix(s.info.Directory, "/")
 	cut := len(src.msgs)
 	for i, m := range src.msgs {
 		if m.info.ID == messageID {

@@ -355,13 +355,12 @@ func (s *HTTPServer) abort(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *HTTPServer) fork(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		MessageID string `json:"messageID"`
-	}
+	var req opencode.ForkSessionRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	sess, err := s.c.ForkSession(r.Context(), r.PathValue("id"), req.MessageID)
+	req.Directory = directory(r)
+	sess, err := s.c.ForkSession(r.Context(), r.PathValue("id"), req)
 	answer(w, sess, err)
 }
 
