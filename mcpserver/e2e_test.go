@@ -365,27 +365,35 @@ func launchedID(r *opencodetest.Request) string {
 // B-1, B-3, T-4, T-9, T-13, T-17, N-1, L: the parent's model launches a task through
 // OpenCode and the bridge; the child runs without the bridge's tools; the notification
 // arrives; the model reads the output and the list. The Manager records the parent's real
-// session, message and agent, found by the plugin (plugin fixture) or the lookup.
+// session, message and agent, found by the plugin (plugin fixture) or the lookup. A fork
+// is tried in each mode (F-18: the native one is OpenCode's copy of the parent, which is
+// offered the bridge's tools, having no permission rules; the Manager refuses its launches).
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{modePlugin, modeLookup} {
-		for _, fork := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/fork=%t", mode, fork), func(t *testing.T) {
+		for _, forkMode := range []string{"", "digest", "native"} {
+			name := map[string]string{"": "fork=false", "digest": "fork=true", "native": "fork=native"}[forkMode]
+			t.Run(mode+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				testEndToEnd(t, getFixture(t, mode), fork)
+				testEndToEnd(t, getFixture(t, mode), forkMode)
 			})
 		}
 	}
 }
 
-func testEndToEnd(t *testing.T, f *fixture, fork bool) {
+func testEndToEnd(t *testing.T, f *fixture, forkMode string) {
+	fork := forkMode != ""
 	key := newKey()
 	secret := "PARENT_SECRET=" + randomHex(6)
 	childPrompt := "child of " + key + " says hello"
 	if fork {
 		childPrompt = "forked child of " + key + "\nQUOTE:PARENT_SECRET="
 	}
-	taskArgs, _ := json.Marshal(map[string]any{"description": "e2e " + key, "prompt": childPrompt, "agent": "general", "fork": fork})
+	args := map[string]any{"description": "e2e " + key, "prompt": childPrompt, "agent": "general", "fork": fork}
+	if forkMode == "native" {
+		args["fork_mode"], args["agent"] = "native", "build" // the parent's agent keeps the prefix
+	}
+	taskArgs, _ := json.Marshal(args)
 	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
 		_, last := r.LastUser()
 		results := r.ToolResultsSinceUser()
@@ -482,8 +490,15 @@ func testEndToEnd(t *testing.T, f *fixture, fork bool) {
 	if len(res) > 2 {
 		t.Logf("the list call was refused as ambiguous %d time(s), then answered", len(res)-2)
 	}
-	// T-17: the child was not offered the bridge's tools; the parent was offered all five.
+	if got := tk.ForkMode; fork && got != asyncagents.ForkMode(forkMode) {
+		t.Fatalf("fork mode %q, want %q", got, forkMode)
+	}
+	// T-17: the child was not offered the bridge's tools (but a native fork, which takes no
+	// permission rules); the parent was offered all five.
 	for _, r := range child {
+		if forkMode == "native" {
+			break
+		}
 		for _, name := range r.Tools {
 			if strings.HasPrefix(name, "asyncagents_") {
 				t.Fatalf("the child was offered %s: %v", name, r.Tools)
