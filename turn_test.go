@@ -173,6 +173,10 @@ func TestWaveWindowN(t *testing.T) {
 	if !strings.Contains(turns[0], "2 of your background tasks reported") || !strings.Contains(turns[0], "Still running: ") {
 		t.Errorf("first turn = %q", turns[0])
 	}
+	// The parent's turn runs (the fake holds every run) and ends before the last run does:
+	// the last notification is then the parent's newest message, and asks for a turn.
+	release(t, f, caller.SessionID)
+	waitFor(t, 10*time.Second, func() bool { return !fakeBusy(f, caller.SessionID) })
 	release(t, f, ids[2])
 	awaitNotified(t, m, 10*time.Second, ids[2:])
 	start := time.Now()
