@@ -26,6 +26,7 @@ const (
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
 	flushTimeout     = 5 * time.Second
+	flushSettle      = 500 * time.Millisecond
 )
 
 // notifier is the part of the Manager that delivers the parents' notifications: an outbox per
@@ -214,19 +215,35 @@ func (m *Manager) dueLocked(parent string, ob *outbox) (at time.Time, turn, ok b
 	return time.Time{}, false, false
 }
 
-// flushNotifications gives each parent's pending notifications, in order, one attempt.
+// flushNotifications gives each parent's pending notifications, in order, one attempt. A
+// notification posted before (its attempt cut short by Close, say) may still be on its way
+// into the server, which stores a message before it answers: the flush waits flushSettle
+// before it looks such a one up, so that it does not take it for lost and post it twice.
 func (m *Manager) flushNotifications() {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	m.mu.Lock()
 	parents := make([]string, 0, len(m.notes.outboxes))
+	posted := false
 	for p, ob := range m.notes.outboxes {
 		if len(ob.queue) > 0 {
 			ob.next = time.Time{}
 			parents = append(parents, p)
+			for _, ref := range ob.queue {
+				if e := m.tasks[ref.task]; e != nil {
+					if note := noteLocked(e, ref.key); note != nil && note.MessageID != "" {
+						posted = true
+					}
+				}
+			}
 		}
 	}
 	m.mu.Unlock()
+	if posted {
+		settle, done := context.WithTimeout(ctx, flushSettle)
+		<-settle.Done()
+		done()
+	}
 	for _, p := range parents {
 		for ctx.Err() == nil && m.deliverNext(ctx, p) {
 		}

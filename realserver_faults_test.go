@@ -707,8 +707,8 @@ func TestFaultLostPromptT4(t *testing.T) {
 				ps, _ := parentWithWork(t, c)
 				parent = asyncagents.Caller{SessionID: ps.ID, Agent: "build"}
 				in.Caller = parent
-				// The first POST …/message of a forked launch is its context (notifications
-				// go with prompt_async).
+				// The first POST …/message of a forked launch is its context (the
+				// notification, posted without reply too, comes after the run).
 				inj := proxy.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/message", DropResponse: true, Times: 1})
 				in.Fork = true
 				task, err := m.Launch(ctx, in)
