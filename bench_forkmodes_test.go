@@ -59,7 +59,7 @@ func BenchmarkRealServerForkModes(b *testing.B) {
 					if got := await(b, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ForkMode != mode {
 						b.Fatalf("task %s in mode %q: %q", got.Status, got.ForkMode, got.Error)
 					}
-					first := firstAsked(b, srv.Model, marker)
+					first := firstRequest(b, srv.Model, marker)
 					x, y := last.Rendered(), first.Rendered()
 					k := 0
 					for k < min(len(x), len(y)) && x[k] == y[k] {

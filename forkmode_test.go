@@ -147,7 +147,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if got.Status != asyncagents.StatusCompleted || got.ForkMode != asyncagents.ForkNative || !strings.Contains(got.Result, secret) {
 		t.Fatalf("task %s mode %q result %q (want %s): %q", got.Status, got.ForkMode, got.Result, secret, got.Error)
 	}
-	childFirst := firstAsked(t, srv.Model, "[native]")
+	childFirst := firstRequest(t, srv.Model, "[native]")
 	a, b := parentLast.Rendered(), childFirst.Rendered()
 	shared := 0
 	for shared < min(len(a), len(b)) && a[shared] == b[shared] {
@@ -193,18 +193,6 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if _, err := c.GetSession(context.Background(), task.ID); err != nil {
 		t.Errorf("the fork's session after its caller was deleted: %v (OpenCode 1.18.33 keeps it)", err)
 	}
-}
-
-// firstAsked returns the first chat request whose last user message holds s.
-func firstAsked(t testing.TB, model *opencodetest.Model, s string) opencodetest.Request {
-	t.Helper()
-	for _, r := range model.Requests() {
-		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.Contains(last, s) {
-			return r
-		}
-	}
-	t.Fatalf("no model request asks %q", s)
-	return opencodetest.Request{}
 }
 
 // lastChat returns the last chat request that holds s.

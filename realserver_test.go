@@ -53,11 +53,12 @@ func parentWithWork(t *testing.T, c *opencode.HTTPClient) (*opencode.Session, st
 	return parent, secret
 }
 
-// firstRequest returns the first chat request whose last user message starts with marker.
+// firstRequest returns the first chat request whose last user message holds marker (after
+// the synthetic part a native fork's prompt starts with, say).
 func firstRequest(t testing.TB, model *opencodetest.Model, marker string) opencodetest.Request {
 	t.Helper()
 	for _, r := range model.Requests() {
-		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.HasPrefix(last, marker) {
+		if _, last := r.LastUser(); r.Kind == opencodetest.KindChat && strings.Contains(last, marker) {
 			return r
 		}
 	}
@@ -592,7 +593,7 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 			if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 				t.Fatalf("task in %s (fork %q): %s %q", dir, mode, got.Status, got.Error)
 			}
-			req := firstAsked(t, srv.Model, mark)
+			req := firstRequest(t, srv.Model, mark)
 			if sys := req.System(); !strings.Contains(sys, "Working directory: "+dir+"\n") {
 				t.Errorf("the task's model (parent in %s, fork %q) was told another directory:\n%.1500s", dir, mode, sys)
 			}

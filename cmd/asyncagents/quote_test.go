@@ -85,19 +85,8 @@ func hostileTasks() []asyncagents.Task {
 func TestTasksQuotesHostileText(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "tasks\x1b]0;owned\x07.jsonl")
-	s, err := asyncagents.NewFileStore(store)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tasks := hostileTasks()
-	for _, task := range tasks {
-		if err := s.Save(t.Context(), task); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeStore(t, store, tasks)
 	args := append([]string{"tasks", "-store", store}, noServeFlags(dir)...)
 
 	code, out, errOut := runCmd(t, args...)
@@ -150,5 +139,22 @@ func TestErrorsAreQuoted(t *testing.T) {
 	}
 	if bad := rawUnsafe(errOut, "\n"); len(bad) > 0 {
 		t.Errorf("raw control or bidi characters in the error: %q", bad)
+	}
+}
+
+// writeStore saves tasks in a new FileStore at path and closes it.
+func writeStore(t *testing.T, path string, tasks []asyncagents.Task) {
+	t.Helper()
+	s, err := asyncagents.NewFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if err := s.Save(t.Context(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -15,24 +15,13 @@ import (
 func TestTasksShowUsageC3(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "tasks.jsonl")
-	s, err := asyncagents.NewFileStore(store)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	for _, task := range []asyncagents.Task{
+	writeStore(t, store, []asyncagents.Task{
 		{ID: "ses_child", ParentSessionID: "ses_parent", BatchID: "ses_child", Status: asyncagents.StatusCompleted, Started: now, Completed: now,
 			Description: "child", Agent: "general", Usage: asyncagents.Usage{Input: 12000, Output: 400, Cost: 0.042}},
 		{ID: "ses_nested", ParentSessionID: "ses_child", BatchID: "ses_nested", Status: asyncagents.StatusCompleted, Started: now, Completed: now,
 			Description: "nested", Agent: "general", Depth: 2, Usage: asyncagents.Usage{Input: 3000, Output: 100, Cost: 0.0105}},
-	} {
-		if err := s.Save(t.Context(), task); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	args := append([]string{"tasks", "-store", store}, noServeFlags(dir)...)
 	code, out, errOut := runCmd(t, args...)
 	if code != exitOK {
