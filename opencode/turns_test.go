@@ -530,12 +530,17 @@ func (tt *turnTest) settle() []opencode.Message {
 	return msgs
 }
 
-// nextMillisecond waits until the server clock's millisecond is past the creation time of
-// message id, so that the next message is created in a later millisecond.
+// nextMillisecond waits until message id is stored (prompt_async answers before it is:
+// a GET right after it may be 404) and the server clock's millisecond is past its
+// creation time, so that the next message is created in a later millisecond.
 func (tt *turnTest) nextMillisecond(id string) {
 	tt.t.Helper()
-	m, err := tt.c.Message(tt.ctx, tt.ses, id)
-	if err != nil {
+	var m *opencode.Message
+	var err error
+	if !testmain.Eventually(10*time.Second, func() bool {
+		m, err = tt.c.Message(tt.ctx, tt.ses, id)
+		return err == nil
+	}) {
 		tt.t.Fatal(err)
 	}
 	for time.Now().UnixMilli() <= m.Info.Time.Created {
