@@ -11,6 +11,8 @@
 #   make bench-fork  a forked launch's read of long parents imported into a real server, whole and
 #               paged: server, decode and pipeline time (P-4; takes minutes, not run by test or bench)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
+#   make postgres  install Debian's postgresql (initdb and postgres, which pgstore's tests start
+#               in temporary folders), when it is missing (run by race and so by test)
 #   make browser  install Debian's chromium for the dashboard's browser test, when it is missing
 #               (run by race and so by test)
 #   make test-versions  the race tests (real-server suite included) and a capture run against the
@@ -33,7 +35,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race demo bench bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
+.PHONY: all test vet compat fmt-check race postgres demo bench bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
 
 all: test
 
@@ -70,7 +72,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-race: opencode browser
+race: opencode browser postgres
 	$(GO) test -race -count=1 -timeout 25m ./...
 
 # browser installs Debian's chromium, which dashboard/browser_test.go drives headless, unless a
@@ -79,18 +81,12 @@ race: opencode browser
 # the first install fails. It never fails the build: without chromium the browser test skips
 # and says how to install it, and under CI=true it fails with that message.
 browser:
-	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || { \
-	  command -v apt-get >/dev/null 2>&1 || { echo "browser: no apt-get: install Chromium yourself (the dashboard's browser test skips without it)"; exit 0; }; \
-	  if [ "$$(id -u)" = 0 ]; then sudo=; \
-	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; \
-	  else echo "browser: not root and no password-less sudo: run 'apt-get install chromium' as root (the dashboard's browser test skips without it)"; exit 0; fi; \
-	  echo "browser: installing Debian's chromium with apt-get"; \
-	  log=$$(mktemp); \
-	  install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >>$$log 2>&1; }; \
-	  { apt-cache show chromium >/dev/null 2>&1 || $$sudo apt-get update -qq >>$$log 2>&1; } ; \
-	  install || { $$sudo apt-get update -qq >>$$log 2>&1 && install; } || \
-	    { cat $$log; echo "browser: installing chromium failed (the dashboard's browser test skips without it, and fails under CI)"; }; \
-	  rm -f $$log; }
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || tools/apt-install chromium "the dashboard's browser test"
+
+# postgres installs Debian's postgresql when no initdb is in /usr/lib/postgresql/*/bin, in the
+# same way and with the same rules as browser: the pgstore tests skip without it, and fail under CI=true.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$PG_BIN" ] || tools/apt-install postgresql "the pgstore tests"
 
 demo: opencode
 	$(GO) run ./examples/demo

@@ -39,6 +39,9 @@ var (
 	ErrBudget = errors.New("asyncagents: over budget")
 	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
 	ErrStoreLocked = errors.New("asyncagents: store locked")
+	// ErrLeaseLost: a [LeaseStore] no longer holds the task's lease (another host claimed
+	// it, or this one could not renew it in time); the change was not stored.
+	ErrLeaseLost = errors.New("asyncagents: task lease lost")
 	// ErrStoreCorrupt: the file is not a FileStore's, or a line of it does not read; the
 	// message names the path and the line. The file is left as it was.
 	ErrStoreCorrupt = errors.New("asyncagents: store file corrupt")

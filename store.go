@@ -3,6 +3,7 @@ package asyncagents
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Store keeps task records so that a new [Manager] (after a host restart) knows the tasks of
@@ -16,6 +17,33 @@ type Store interface {
 	Save(ctx context.Context, t Task) error
 	// Delete removes tasks; unknown ids are ignored.
 	Delete(ctx context.Context, ids ...string) error
+}
+
+// A LeaseStore is a [Store] that several Managers share, on one host or several: each
+// task is held by one store at a time, under a lease that the holder renews and that
+// expires when it stops renewing (its host died, or lost the database). A Manager on a
+// LeaseStore acts on a task — reads it from the server, aborts it, posts its notifications
+// — only while [LeaseStore.Holds] says so, renews every third of [LeaseStore.LeaseDuration]
+// and claims the tasks whose leases expired as often, and drops a task from its memory when
+// the store reports the lease lost.
+//
+// Load returns the tasks that the new store claims (the expired ones, as [LeaseStore.Claim]
+// does). Save of a task the store does not hold returns an error matching [ErrLeaseLost]
+// and stores nothing; Save of a new task id takes its lease.
+type LeaseStore interface {
+	Store
+	// Claim takes over the tasks whose leases have expired and returns them, now held by
+	// this store, oldest first.
+	Claim(ctx context.Context) ([]Task, error)
+	// Renew extends every lease this store holds and returns the ids of the tasks it held
+	// and no longer does (another store claimed them, or they were deleted).
+	Renew(ctx context.Context) (lost []string, err error)
+	// Holds reports whether the store holds task id's lease by its own clock: it turns
+	// false a safety margin before the lease could expire unrenewed, so that a host cut
+	// off from the database stops acting before another can claim its tasks.
+	Holds(id string) bool
+	// LeaseDuration returns how long a lease lasts unrenewed.
+	LeaseDuration() time.Duration
 }
 
 // MemoryStore is a [Store] in memory, the default: tasks live as long as the process.

@@ -1,0 +1,383 @@
+// Package pgstore is an [asyncagents.LeaseStore] on PostgreSQL: several Managers, in one
+// process or on several hosts, share one database, and each task is acted on by the one
+// Manager that holds its lease.
+//
+// # Records and leases
+//
+// A task is one row of the table asyncagents_tasks: its id, parent session, status and
+// start time as columns, the whole [asyncagents.Task] as JSON (its notifications, and so
+// the notification outbox, included: a state change and the notifications it creates are
+// one row written in one statement), and the lease: the holder (a name unique to each
+// [Store]), a fencing counter that every claim increments, and the lease's expiry, in the
+// database's clock.
+//
+// Every write of a task checks the holder and the fencing counter in its WHERE clause, so a
+// store that lost a lease (another store claimed the task) changes nothing and gets
+// [asyncagents.ErrLeaseLost]. [Store.Renew] extends the leases of a store's tasks by the
+// lease duration in one UPDATE; [Store.Claim] takes the tasks whose leases expired, up to
+// 500 at a time, with SELECT … FOR UPDATE SKIP LOCKED, so that two stores claiming at once
+// take different tasks. [Store.Holds] answers from the store's memory: a lease is taken as
+// held until two thirds of the lease duration after the start of the last statement that
+// renewed it, so a store cut off from the database stops acting well before the lease can
+// expire in the database.
+//
+// # Schema
+//
+// [Open] creates the tables, or migrates them to this version's schema, under an advisory
+// lock (tern's migrator, version table asyncagents_schema_version). A database whose schema
+// is newer than this package knows is refused with [ErrSchemaNewer], changing nothing.
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/asyncagents/asyncagents"
+)
+
+// DefaultLease is the lease duration of [Open] when [Options.Lease] is zero: a dead host's
+// tasks are claimed about 10 s after its last renewal, and a live host renews every 3.3 s
+// (one UPDATE for all its tasks).
+const DefaultLease = 10 * time.Second
+
+// claimBatch bounds the tasks one Claim takes.
+const claimBatch = 500
+
+// ErrSchemaNewer is the error of [Open] when the database's schema is of a newer version of
+// this package than the running one.
+var ErrSchemaNewer = errors.New("pgstore: database schema is newer than this program")
+
+// Options configure [Open]; the zero value is ready.
+type Options struct {
+	// Lease is how long a task's lease lasts unrenewed: DefaultLease when zero; at least
+	// one second.
+	Lease time.Duration
+	// Holder names the store in the database's rows (for people reading them); a random
+	// suffix is added so that every Store is unique. Default: the host name and process id.
+	Holder string
+}
+
+// Store is an [asyncagents.LeaseStore] on a PostgreSQL database. Create one with [Open],
+// pass it to [asyncagents.WithStore], and Close it after the Manager. It is safe for
+// concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	holder string
+	lease  time.Duration
+
+	mu   sync.Mutex
+	held map[string]lease // the tasks this store holds
+}
+
+// lease is what a store knows of a lease it holds.
+type lease struct {
+	fence int64
+	until time.Time // Holds is true before this instant (local clock)
+}
+
+var _ asyncagents.LeaseStore = (*Store)(nil)
+
+// Open connects to the database at url (a PostgreSQL URL or key=value string, as pgx
+// reads it), creates or migrates the schema, and returns the store. Errors: a bad url or
+// options (matching [asyncagents.ErrInvalidInput]), the connection's, [ErrSchemaNewer].
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.Lease == 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.Lease < time.Second {
+		return nil, fmt.Errorf("%w: pgstore lease %v is under 1s", asyncagents.ErrInvalidInput, opts.Lease)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgstore: %v", asyncagents.ErrInvalidInput, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := migrateSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if opts.Holder == "" {
+		host, _ := os.Hostname()
+		opts.Holder = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	return &Store{pool: pool, holder: opts.Holder + "-" + hex.EncodeToString(b), lease: opts.Lease,
+		held: map[string]lease{}}, nil
+}
+
+// migrations are the schema's versions, in order; a new version appends one.
+var migrations = []string{
+	`CREATE TABLE asyncagents_tasks (
+		id          text PRIMARY KEY,
+		parent      text NOT NULL,
+		status      text NOT NULL,
+		started     timestamptz NOT NULL,
+		holder      text NOT NULL,
+		fence       bigint NOT NULL,
+		lease_until timestamptz NOT NULL,
+		task        json NOT NULL
+	);
+	CREATE INDEX asyncagents_tasks_lease ON asyncagents_tasks (lease_until);
+	CREATE INDEX asyncagents_tasks_holder ON asyncagents_tasks (holder);
+	CREATE INDEX asyncagents_tasks_parent ON asyncagents_tasks (parent);`,
+}
+
+// migrateSchema brings the schema to len(migrations), refusing a newer one.
+func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	defer conn.Release()
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), "asyncagents_schema_version")
+	if err != nil {
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	for i, sql := range migrations {
+		m.AppendMigration(fmt.Sprintf("%03d", i+1), sql, "")
+	}
+	v, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: schema version: %w", err)
+	}
+	if int(v) > len(migrations) {
+		return fmt.Errorf("%w: version %d, this program knows up to %d", ErrSchemaNewer, v, len(migrations))
+	}
+	if err := m.Migrate(ctx); err != nil {
+		var bad migrate.BadVersionError
+		if errors.As(err, &bad) {
+			return fmt.Errorf("%w: %v", ErrSchemaNewer, err)
+		}
+		return fmt.Errorf("pgstore: migrate schema: %w", err)
+	}
+	return nil
+}
+
+// Close releases the store's leases, so that another store can claim its tasks at once
+// (UPDATE asyncagents_tasks SET lease_until = '-infinity' WHERE holder = $1), and closes
+// its connections. Call it after the Manager's Close. A store that cannot reach the
+// database leaves its leases to expire.
+func (s *Store) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET lease_until = '-infinity' WHERE holder = $1`, s.holder)
+	s.mu.Lock()
+	clear(s.held)
+	s.mu.Unlock()
+	s.pool.Close()
+	if err != nil {
+		return fmt.Errorf("pgstore: release leases: %w", err)
+	}
+	return nil
+}
+
+// Holder returns the name of the store in the database's rows.
+func (s *Store) Holder() string { return s.holder }
+
+// LeaseDuration returns the lease duration.
+func (s *Store) LeaseDuration() time.Duration { return s.lease }
+
+// valid returns until when a lease renewed by a statement started at start is held.
+func (s *Store) valid(start time.Time) time.Time { return start.Add(s.lease * 2 / 3) }
+
+// Load returns the tasks this store holds and claims those whose leases expired, as
+// Claim does, all of them (500 at a time), oldest first.
+func (s *Store) Load(ctx context.Context) ([]asyncagents.Task, error) {
+	var all []asyncagents.Task
+	seen := []string{} // not nil: id <> ALL(NULL) is never true
+	for {
+		tasks, err := s.claim(ctx, seen)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, tasks...)
+		for _, t := range tasks {
+			seen = append(seen, t.ID)
+		}
+		if len(tasks) < claimBatch {
+			break
+		}
+	}
+	slices.SortStableFunc(all, func(a, b asyncagents.Task) int { return a.Started.Compare(b.Started) })
+	return all, nil
+}
+
+// Claim takes up to 500 tasks whose leases expired, oldest first, and returns them:
+//
+//	UPDATE asyncagents_tasks SET holder = $1, fence = fence + 1, lease_until = now() + $2
+//	WHERE id IN (SELECT id FROM asyncagents_tasks WHERE lease_until < now()
+//	             ORDER BY started LIMIT 500 FOR UPDATE SKIP LOCKED)
+//	RETURNING fence, task
+func (s *Store) Claim(ctx context.Context) ([]asyncagents.Task, error) { return s.claim(ctx, nil) }
+
+// claim is Claim; with a non-nil skip (Load's), the tasks this store holds are returned too
+// (their fences unchanged), but for those in skip.
+func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, error) {
+	start := time.Now()
+	own := skip != nil
+	if !own {
+		skip = []string{}
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET holder = $1,
+			fence = CASE WHEN holder = $1 THEN fence ELSE fence + 1 END,
+			lease_until = now() + $2::interval
+		WHERE id IN (SELECT id FROM asyncagents_tasks
+			WHERE (lease_until < now() OR ($4 AND holder = $1)) AND id <> ALL($5)
+			ORDER BY started LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	var tasks []asyncagents.Task
+	var fences []int64
+	for rows.Next() {
+		var fence int64
+		var raw []byte
+		if err := rows.Scan(&fence, &raw); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: claim: %w", err)
+		}
+		var t asyncagents.Task
+		if err := json.Unmarshal(raw, &t); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: claim: task: %w", err)
+		}
+		tasks = append(tasks, t)
+		fences = append(fences, fence)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	s.mu.Lock()
+	for i, t := range tasks {
+		s.held[t.ID] = lease{fence: fences[i], until: s.valid(start)}
+	}
+	s.mu.Unlock()
+	slices.SortStableFunc(tasks, func(a, b asyncagents.Task) int { return a.Started.Compare(b.Started) })
+	return tasks, nil
+}
+
+// Renew extends the leases this store holds, in one statement, and returns the ids it no
+// longer holds:
+//
+//	UPDATE asyncagents_tasks SET lease_until = now() + $2 WHERE holder = $1 RETURNING id, fence
+func (s *Store) Renew(ctx context.Context) ([]string, error) {
+	start := time.Now()
+	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET lease_until = now() + $2::interval
+		WHERE holder = $1 RETURNING id, fence`, s.holder, s.lease)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: renew: %w", err)
+	}
+	renewed := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var fence int64
+		if err := rows.Scan(&id, &fence); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: renew: %w", err)
+		}
+		renewed[id] = fence
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: renew: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var lost []string
+	for id, l := range s.held {
+		if f, ok := renewed[id]; ok && f == l.fence {
+			s.held[id] = lease{fence: l.fence, until: s.valid(start)}
+			continue
+		}
+		lost = append(lost, id)
+		delete(s.held, id)
+	}
+	slices.Sort(lost)
+	return lost, nil
+}
+
+// Holds reports whether the store holds task id's lease, by its own clock.
+func (s *Store) Holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.held[id]
+	return ok && time.Now().Before(l.until)
+}
+
+// Save inserts t with a new lease held by this store, or replaces the task when this store
+// holds its lease (and extends it):
+//
+//	INSERT INTO asyncagents_tasks (…) VALUES (…, holder = $1, fence = 1, lease_until = now() + lease)
+//	ON CONFLICT (id) DO UPDATE SET … WHERE holder = $1 AND fence = $fence RETURNING fence
+//
+// It returns an error matching [asyncagents.ErrLeaseLost] when the task exists and this
+// store does not hold its lease; nothing is changed then.
+func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("pgstore: save %s: %w", t.ID, err)
+	}
+	s.mu.Lock()
+	l, ok := s.held[t.ID]
+	s.mu.Unlock()
+	if !ok {
+		l.fence = 1
+	}
+	start := time.Now()
+	var fence int64
+	err = s.pool.QueryRow(ctx, `INSERT INTO asyncagents_tasks AS t
+			(id, parent, status, started, holder, fence, lease_until, task)
+		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7)
+		ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, status = excluded.status,
+			started = excluded.started, task = excluded.task, lease_until = excluded.lease_until
+		WHERE t.holder = $5 AND t.fence = $8
+		RETURNING t.fence`,
+		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence).Scan(&fence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.mu.Lock()
+		delete(s.held, t.ID)
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %s", asyncagents.ErrLeaseLost, t.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: save %s: %w", t.ID, err)
+	}
+	s.mu.Lock()
+	s.held[t.ID] = lease{fence: fence, until: s.valid(start)}
+	s.mu.Unlock()
+	return nil
+}
+
+// Delete removes tasks by id, whoever holds them (a Clear is the user's word):
+//
+//	DELETE FROM asyncagents_tasks WHERE id = ANY($1)
+func (s *Store) Delete(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM asyncagents_tasks WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("pgstore: delete: %w", err)
+	}
+	s.mu.Lock()
+	for _, id := range ids {
+		delete(s.held, id)
+	}
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,163 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/pgstore"
+	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
+	"github.com/asyncagents/asyncagents/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// open opens a store on url and closes it when t ends.
+func open(t *testing.T, url string, lease time.Duration) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestConformance runs storetest on the store (T-19): a key is a database.
+func TestConformance(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	dbs := map[string]string{}
+	storetest.Run(t, func(t *testing.T, key string) asyncagents.Store {
+		if dbs[key] == "" {
+			dbs[key] = srv.NewDatabase(t)
+		}
+		s, err := pgstore.Open(t.Context(), dbs[key], pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func task(id string) asyncagents.Task {
+	return asyncagents.Task{ID: id, ParentSessionID: "ses_parent", Status: asyncagents.StatusRunning,
+		Started: time.Now().UTC().Truncate(time.Millisecond)}
+}
+
+// TestLeases: a store holds what it saves; another claims it only after the lease expires,
+// with a new fence; the first then loses it on Renew and on Save, and Holds turns false
+// (H-2).
+func TestLeases(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a, b := open(t, url, time.Second), open(t, url, time.Second)
+	if err := a.Save(ctx, task("ses_1")); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Holds("ses_1") || b.Holds("ses_1") {
+		t.Fatalf("Holds after a's save: a %v, b %v; want true, false", a.Holds("ses_1"), b.Holds("ses_1"))
+	}
+	if got, err := b.Claim(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("b claims a held lease: %v, %v", got, err)
+	}
+	if err := b.Save(ctx, task("ses_1")); !errors.Is(err, asyncagents.ErrLeaseLost) {
+		t.Fatalf("b saves a's task: %v, want ErrLeaseLost", err)
+	}
+	if lost, err := a.Renew(ctx); err != nil || len(lost) != 0 {
+		t.Fatalf("a renews: lost %v, %v", lost, err)
+	}
+	// a stops renewing: Holds turns false before the lease expires in the database.
+	deadline := time.Now().Add(time.Second)
+	for a.Holds("ses_1") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, err := b.Claim(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("b claims when a stopped holding, before the lease expired: %v, %v", got, err)
+	}
+	for time.Now().Before(deadline.Add(50 * time.Millisecond)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, err := b.Claim(ctx)
+	if err != nil || len(got) != 1 || got[0].ID != "ses_1" {
+		t.Fatalf("b claims the expired lease: %v, %v", got, err)
+	}
+	if !b.Holds("ses_1") {
+		t.Fatal("b does not hold what it claimed")
+	}
+	if err := a.Save(ctx, task("ses_1")); !errors.Is(err, asyncagents.ErrLeaseLost) {
+		t.Fatalf("a saves after b claimed: %v, want ErrLeaseLost", err)
+	}
+	if lost, err := a.Renew(ctx); err != nil || len(lost) != 0 { // Save forgot it already
+		t.Fatalf("a renews after losing: lost %v, %v", lost, err)
+	}
+	if err := b.Save(ctx, task("ses_1")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRenewReportsLost: a lease claimed away is reported by the next Renew.
+func TestRenewReportsLost(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a, b := open(t, url, time.Second), open(t, url, time.Second)
+	for _, id := range []string{"ses_1", "ses_2"} {
+		if err := a.Save(ctx, task(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if err := a.Save(ctx, task("ses_2")); err != nil { // renews ses_2 alone
+		t.Fatal(err)
+	}
+	if got, err := b.Claim(ctx); err != nil || len(got) != 1 || got[0].ID != "ses_1" {
+		t.Fatalf("b claims %v, %v; want ses_1", got, err)
+	}
+	lost, err := a.Renew(ctx)
+	if err != nil || len(lost) != 1 || lost[0] != "ses_1" {
+		t.Fatalf("a renews: lost %v, %v; want [ses_1]", lost, err)
+	}
+}
+
+// TestCloseReleases: a closed store's tasks are claimed at once by another.
+func TestCloseReleases(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a, err := pgstore.Open(ctx, url, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, task("ses_1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, url, 0)
+	if got, err := b.Load(ctx); err != nil || len(got) != 1 {
+		t.Fatalf("Load after the holder closed: %v, %v", got, err)
+	}
+}
+
+// TestSchemaNewer: a database migrated by a newer program is refused, unchanged.
+func TestSchemaNewer(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	open(t, url, 0)
+	ctx := context.Background()
+	c := open(t, url, 0)
+	_ = c
+	if err := pgstore.SetSchemaVersion(ctx, url, 99); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pgstore.Open(ctx, url, pgstore.Options{})
+	if !errors.Is(err, pgstore.ErrSchemaNewer) {
+		t.Fatalf("Open on a newer schema: %v, want ErrSchemaNewer", err)
+	}
+}
