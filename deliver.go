@@ -383,15 +383,20 @@ func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent str
 // acknowledged is not. Under NotifyPerRun the notification is a prompt; otherwise it is
 // posted without reply.
 func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
-	_, confirmed, _, err = m.postOnce(ctx, parent, n.MessageID, nil, func(id string) {
+	_, confirmed, _, err = m.postOnce(ctx, parent, n.MessageID, nil, func(id string) error {
 		m.mu.Lock()
 		if note := noteLocked(e, n.Key); note != nil {
 			note.MessageID = id
 			m.changedLocked(e)
 		}
 		m.mu.Unlock()
-		m.persist(e)
+		return m.persist(e)
 	}, func(id string) (bool, error) {
+		ctx, cancel, err := m.leaseCtx(ctx, e.task.ID)
+		if err != nil {
+			return false, err
+		}
+		defer cancel()
 		req := opencode.PromptRequest{
 			MessageID: id, Agent: agent,
 			Parts: []opencode.TextPartInput{opencode.NewText(n.Visible), opencode.NewSyntheticText(n.Hidden)},
@@ -400,7 +405,7 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 			return false, m.client.PromptAsync(ctx, parent, req)
 		}
 		req.NoReply = true
-		_, err := m.client.Prompt(ctx, parent, req)
+		_, err = m.client.Prompt(ctx, parent, req)
 		return err == nil, err
 	})
 	return confirmed, err
@@ -409,12 +414,13 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 // postOnce posts a message to parent, as the Manager posts notifications and turn prompts:
 // with an id of its own choosing, newer than the parent's newest message, and recorded
 // (record) before it is posted (post), so that a lost answer or a host that stops does not
-// make it post twice. prev is the id an earlier attempt posted: found in the parent
+// make it post twice; when record fails (the store could not keep the id), nothing is
+// posted. prev is the id an earlier attempt posted: found in the parent
 // (GET /session/{parent}/message/{prev}), it landed, and nothing is posted (confirmed). skip,
 // when not nil, is given the parent's newest message id and may end the attempt with nothing
 // posted (skipped). It returns the id posted, or prev.
 func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(newest string) bool,
-	record func(id string), post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
+	record func(id string) error, post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
 	if prev != "" { // posted before: did it land?
 		_, err := m.client.Message(ctx, parent, prev)
 		if err == nil {
@@ -436,7 +442,9 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(n
 	}
 	id = opencode.NewMessageID(m.now(), after)
 	m.notes.heads.raise(parent, id, 0)
-	record(id)
+	if err := record(id); err != nil {
+		return "", false, false, err
+	}
 	confirmed, err = post(id)
 	return id, confirmed, false, err
 }

@@ -38,6 +38,9 @@ func (m *Manager) start() {
 		m.keep("a reconciler", func() { m.reconcileLoop(true) })
 	}
 	m.keep("the notifier", m.notifyLoop)
+	if m.leaseStore() != nil {
+		m.keep("renewing and claiming leases", m.leaseLoop)
+	}
 }
 
 // keep runs loop on a goroutine of the Manager's until the Manager closes: when loop returns

@@ -51,8 +51,9 @@ func (m *Manager) newPromptIDLocked(e *entry, after string) {
 
 // sendPrompt sends the prompt of run rc of e (POST /session/{id}/prompt_async) with its
 // message id, agent and model. It returns nil when the server took it or may have taken it
-// (see above), the server's error when it refused it, and nil without sending when the run
-// is no longer rc or is being sent already.
+// (see above), the server's error when it refused it, an error matching ErrLeaseLost
+// without sending when the Manager's LeaseStore does not hold the task's lease, and nil
+// without sending when the run is no longer rc or is being sent already.
 func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	m.mu.Lock()
 	t := &e.task
@@ -78,7 +79,12 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 		e.sending, e.sentAt = false, m.now()
 		m.mu.Unlock()
 	}()
-	err := m.client.PromptAsync(ctx, id, req)
+	ctx, cancel, err := m.leaseCtx(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	err = m.client.PromptAsync(ctx, id, req)
 	var refused *opencode.APIError
 	if err == nil || errors.As(err, &refused) {
 		return err

@@ -106,22 +106,29 @@ func (m *Manager) viewLocked(e *entry) Task {
 }
 
 // persist saves the newest version of e unless the store has it already or e was removed.
-// Saves of one task never overlap, so an older snapshot never overwrites a newer one.
-func (m *Manager) persist(e *entry) {
+// Saves of one task never overlap, so an older snapshot never overwrites a newer one. A
+// save that finds the task's lease lost drops the task (see lease.go). It returns the
+// store's error, which is also logged.
+func (m *Manager) persist(e *entry) error {
 	e.saveMu.Lock()
 	defer e.saveMu.Unlock()
 	m.mu.Lock()
 	if e.removed || e.saved == e.version {
 		m.mu.Unlock()
-		return
+		return nil
 	}
 	snap, v := e.task.clone(), e.version
 	m.mu.Unlock()
 	if err := m.cfg.store.Save(m.ctx, snap); err != nil {
+		if lostLease(err) {
+			m.dropLost(snap.ID)
+			return err
+		}
 		m.cfg.logger.Warn("asyncagents: save task", "task", snap.ID, "err", err)
-		return
+		return err
 	}
 	e.saved = v
+	return nil
 }
 
 // closeBatchLocked ends the parent's open batch when it has no active task left, and

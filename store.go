@@ -22,10 +22,10 @@ type Store interface {
 // A LeaseStore is a [Store] that several Managers share, on one host or several: each
 // task is held by one store at a time, under a lease that the holder renews and that
 // expires when it stops renewing (its host died, or lost the database). A Manager on a
-// LeaseStore acts on a task — reads it from the server, aborts it, posts its notifications
-// — only while [LeaseStore.Holds] says so, renews every third of [LeaseStore.LeaseDuration]
-// and claims the tasks whose leases expired as often, and drops a task from its memory when
-// the store reports the lease lost.
+// LeaseStore acts on a task — aborts it, posts its notifications — only before the instant
+// [LeaseStore.Held] gives, and bounds those requests by it; it renews every third of
+// [LeaseStore.LeaseDuration] and claims the tasks whose leases expired as often, and drops
+// a task from its memory when the store reports the lease lost.
 //
 // Load returns the tasks that the new store claims (the expired ones, as [LeaseStore.Claim]
 // does). Save of a task the store does not hold returns an error matching [ErrLeaseLost]
@@ -38,10 +38,11 @@ type LeaseStore interface {
 	// Renew extends every lease this store holds and returns the ids of the tasks it held
 	// and no longer does (another store claimed them, or they were deleted).
 	Renew(ctx context.Context) (lost []string, err error)
-	// Holds reports whether the store holds task id's lease by its own clock: it turns
-	// false a safety margin before the lease could expire unrenewed, so that a host cut
-	// off from the database stops acting before another can claim its tasks.
-	Holds(id string) bool
+	// Held returns the instant, by the local clock, until which the store holds task id's
+	// lease: a safety margin before the lease could expire unrenewed, so that a host cut
+	// off from the database stops acting before another can claim its tasks. It returns
+	// the zero time for a task the store does not hold.
+	Held(id string) time.Time
 	// LeaseDuration returns how long a lease lasts unrenewed.
 	LeaseDuration() time.Duration
 }

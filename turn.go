@@ -62,6 +62,15 @@ type turnAsk struct {
 	text  string
 }
 
+// tasks returns the ids of the tasks whose notifications the turn is asked for.
+func (a turnAsk) tasks() []string {
+	ids := make([]string, len(a.refs))
+	for i, r := range a.refs {
+		ids[i] = r.task
+	}
+	return ids
+}
+
 // askTurn makes one attempt at parent's owed turn, for the worker that has the parent: it
 // posts the turn prompt, or finds the owed notifications seen, or schedules a retry.
 func (m *Manager) askTurn(ctx context.Context, parent string) {
@@ -205,7 +214,7 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk) 
 	if len(a.ours) == 0 {
 		return "", false, true, nil // cleared meanwhile: nothing to ask a turn for
 	}
-	return m.postOnce(ctx, parent, a.prev, func(newest string) bool { return !a.ours[newest] }, func(id string) {
+	return m.postOnce(ctx, parent, a.prev, func(newest string) bool { return !a.ours[newest] }, func(id string) error {
 		m.mu.Lock()
 		for _, r := range a.refs {
 			if e := m.tasks[r.task]; e != nil {
@@ -216,10 +225,17 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk) 
 		}
 		changed := m.entriesLocked(a.refs)
 		m.mu.Unlock()
+		var errs []error
 		for _, e := range changed {
-			m.persist(e)
+			errs = append(errs, m.persist(e))
 		}
+		return errors.Join(errs...)
 	}, func(id string) (bool, error) {
+		ctx, cancel, err := m.leaseCtx(ctx, a.tasks()...)
+		if err != nil {
+			return false, err
+		}
+		defer cancel()
 		req := opencode.PromptRequest{MessageID: id, Agent: a.agent, Parts: []opencode.TextPartInput{opencode.NewText(a.text)}}
 		return false, m.client.PromptAsync(ctx, parent, req)
 	})

@@ -66,7 +66,12 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 	e.aborting = &end
 	id := e.task.ID
 	m.mu.Unlock()
-	if err := m.client.Abort(ctx, id); err != nil {
+	ctx, cancel, err := m.leaseCtx(ctx, id)
+	if err == nil {
+		defer cancel()
+		err = m.client.Abort(ctx, id)
+	}
+	if err != nil {
 		m.mu.Lock()
 		if e.task.ResumeCount == rc {
 			e.aborting = nil

@@ -16,7 +16,7 @@
 // [asyncagents.ErrLeaseLost]. [Store.Renew] extends the leases of a store's tasks by the
 // lease duration in one UPDATE; [Store.Claim] takes the tasks whose leases expired, up to
 // 500 at a time, with SELECT … FOR UPDATE SKIP LOCKED, so that two stores claiming at once
-// take different tasks. [Store.Holds] answers from the store's memory: a lease is taken as
+// take different tasks. [Store.Held] answers from the store's memory: a lease is taken as
 // held until two thirds of the lease duration after the start of the last statement that
 // renewed it, so a store cut off from the database stops acting well before the lease can
 // expire in the database.
@@ -312,12 +312,13 @@ func (s *Store) Renew(ctx context.Context) ([]string, error) {
 	return lost, nil
 }
 
-// Holds reports whether the store holds task id's lease, by its own clock.
-func (s *Store) Holds(id string) bool {
+// Held returns until when the store holds task id's lease by the local clock (two thirds of
+// the lease duration after the start of the last statement that renewed it), or the zero
+// time when it does not hold it.
+func (s *Store) Held(id string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.held[id]
-	return ok && time.Now().Before(l.until)
+	return s.held[id].until
 }
 
 // Save inserts t with a new lease held by this store, or replaces the task when this store

@@ -1,0 +1,124 @@
+package asyncagents_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+	"github.com/asyncagents/asyncagents/pgstore"
+	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
+)
+
+// Tests of Managers sharing tasks through a LeaseStore (pgstore on a real PostgreSQL).
+
+// leaseTestLease is the lease of these tests: short, so that takeovers come soon.
+const leaseTestLease = 1500 * time.Millisecond
+
+// openPG opens a pgstore on url with the test lease, closed when t ends.
+func openPG(t *testing.T, url string) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitCompleted waits until m has every task of ids completed.
+func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, func() bool {
+		for _, id := range ids {
+			if task, err := m.Get(id); err != nil || task.Status != asyncagents.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// H-2: the tasks of a Manager that stopped without a word (its leases left to expire) are
+// claimed by another Manager on the same database, which finds them ended on the server and
+// notifies the parent, once per task.
+func TestLeaseTakeoverH2(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+	}
+	if err := a.Close(context.Background()); err != nil { // its store keeps the leases
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	waitCompleted(t, b, ids)
+	waitNotifications(t, f, caller.SessionID, len(ids))
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
+	}
+}
+
+// H-2: a Manager cut off from the database stops acting on its tasks before their leases
+// expire: while it is cut off its tasks end, another Manager claims them and notifies, and
+// when the database is back the first drops them; every task is notified once.
+func TestLeaseCutOffH2(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	db := srv.NewDatabase(t)
+	proxy := srv.NewProxy(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	storeA, err := pgstore.Open(t.Context(), viaProxy(db, srv, proxy), pgstore.Options{Lease: leaseTestLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { storeA.Close() })
+	a := newManager(t, f, asyncagents.WithStore(storeA), asyncagents.WithPollInterval(200*time.Millisecond))
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+	}
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, db)), asyncagents.WithPollInterval(200*time.Millisecond))
+	proxy.Cut()
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCompleted(t, b, ids)
+	waitNotifications(t, f, caller.SessionID, len(ids))
+	proxy.Restore()
+	waitFor(t, 10*time.Second, func() bool {
+		for _, id := range ids {
+			if _, err := a.Get(id); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
+	}
+}
+
+// viaProxy returns url (a database of srv) through proxy.
+func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) string {
+	db := url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
+	return srv.DSNAt(proxy.Addr(), db)
+}
