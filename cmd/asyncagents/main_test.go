@@ -18,8 +18,13 @@ import (
 )
 
 // TestMain points the state folder (XDG_STATE_HOME) at a temporary folder, so that no default
-// path of a test reaches the user's files.
+// path of a test reaches the user's files. Run with ASYNCAGENTS_TEST_MAIN=1, the test binary
+// is the command itself (for the tests that run serve as processes of their own).
 func TestMain(m *testing.M) {
+	if os.Getenv("ASYNCAGENTS_TEST_MAIN") == "1" {
+		main()
+		return
+	}
 	state, err := os.MkdirTemp("", "asyncagents-state-")
 	if err != nil {
 		panic(err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/asyncagents/asyncagents/dashboard"
 	"github.com/asyncagents/asyncagents/mcpserver"
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/pgstore"
 )
 
 const serveHelp = `Runs the asyncagents Manager for the OpenCode server at -url, with its tasks in -store, and
@@ -54,8 +56,12 @@ are not limited: the status page's event stream and a tool call that streams its
 Notifications: each run end is posted to its parent session at once without reply, and the
 parent's model is asked for one turn for all it has not seen (-notify wave): when the session
 has no task running, or -wave-window after the last run end while some still run.
+Several serves can share one PostgreSQL -store (postgres://…), on one machine or several,
+in front of one OpenCode server: each task is acted on by one serve at a time, under a lease
+it renews every third of -lease; the tasks of a serve that stops (or loses the database) are
+claimed by another once their leases expire.
 SIGINT or SIGTERM stops it: the Manager and the store are closed, tasks go on running on
-the server and are picked up by the next serve.
+the server and are picked up by the next serve (with PostgreSQL, by another serve at once).
 The server's password comes from OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME,
 default "opencode").`
 
@@ -77,6 +83,7 @@ type serveConfig struct {
 	bounds                                                  taskBounds
 	notify                                                  asyncagents.NotifyPolicy
 	waveWindow                                              time.Duration
+	lease                                                   time.Duration
 	forkMode                                                string
 }
 
@@ -153,7 +160,9 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	if socketSupported {
 		fs.StringVar(&c.socket, "socket", defaultPath("serve.sock"), "the Unix `socket` for asyncagents tasks (\"\": none)")
 	}
-	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file")
+	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"),
+		"the task store: a file, or a PostgreSQL URL (postgres://user@host/db; the password from PGPASSWORD or ~/.pgpass) shared by several serves")
+	fs.DurationVar(&c.lease, "lease", pgstore.DefaultLease, "with a PostgreSQL -store: how long a task's lease lasts unrenewed (another serve claims the tasks of one that stopped after it)")
 	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bridge's bearer token file (created when missing)")
 	fs.StringVar(&c.prefix, "prefix", asyncagents.DefaultToolPrefix, "the MCP server name and tool prefix: 1 to 40 letters, digits, _ or -")
 	fs.Var(&c.dirs, "dir", "a project `directory` to register the bridge with and find callers in (repeatable)")
@@ -186,6 +195,10 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	}
 	if c.waveWindow < 0 || c.waveWindow > asyncagents.MaxWaveWindow {
 		fmt.Fprintf(errOut, "%s: bad -wave-window %v: 0 to %v\n", fs.Name(), c.waveWindow, asyncagents.MaxWaveWindow)
+		return c, nil, errUsage
+	}
+	if c.lease < time.Second || c.lease > time.Hour {
+		fmt.Fprintf(errOut, "%s: bad -lease %v: 1s to 1h\n", fs.Name(), c.lease)
 		return c, nil, errUsage
 	}
 	if _, err := c.bounds.options(); err != nil {
@@ -310,10 +323,7 @@ func serveTokens(tokenFile string) (token, dashToken string, err error) {
 // bounds, logger and tool prefix. closeManager closes the Manager, waiting at most
 // c.shutdown, then the store, and returns their errors joined.
 func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *asyncagents.Manager, closeManager func() error, err error) {
-	if c.store == "" {
-		return nil, nil, errors.New("no store path: set -store")
-	}
-	store, err := asyncagents.NewFileStore(c.store)
+	store, err := openStore(c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -332,6 +342,42 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 		defer cancel()
 		return errors.Join(m.Close(ctx), store.Close())
 	}, nil
+}
+
+// closingStore is a Store that is closed after the Manager.
+type closingStore interface {
+	asyncagents.Store
+	Close() error
+}
+
+// openStore opens c.store: a pgstore for a postgres:// or postgresql:// URL, else a file.
+func openStore(c serveConfig) (closingStore, error) {
+	if c.store == "" {
+		return nil, errors.New("no store: set -store")
+	}
+	if isPostgresURL(c.store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return pgstore.Open(ctx, c.store, pgstore.Options{Lease: c.lease})
+	}
+	return asyncagents.NewFileStore(c.store)
+}
+
+// isPostgresURL reports whether store names a PostgreSQL database.
+func isPostgresURL(store string) bool {
+	return strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://")
+}
+
+// storeName is store as it may be shown: a URL's password is replaced by "xxxxx".
+func storeName(store string) string {
+	if !isPostgresURL(store) {
+		return store
+	}
+	u, err := url.Parse(store)
+	if err != nil {
+		return "a PostgreSQL URL that does not parse"
+	}
+	return u.Redacted()
 }
 
 // newBridge returns the MCP bridge of m, which asks for token and finds callers in dirs
@@ -373,7 +419,7 @@ func printServing(out io.Writer, c serveConfig, version, base, loginLink string,
 	if socket {
 		fmt.Fprintf(out, "  socket:       %s (for asyncagents tasks)\n", quote(c.socket))
 	}
-	fmt.Fprintf(out, "  task store:   %s\n", quote(c.store))
+	fmt.Fprintf(out, "  task store:   %s\n", quote(storeName(c.store)))
 	if len(c.dirs) == 0 || !c.register {
 		tokenFile, _ := filepath.Abs(c.tokenFile)
 		snippet, _ := json.MarshalIndent(map[string]any{"mcp": map[string]any{c.prefix: projectEntry(mcpURL, tokenFile)}}, "  ", "  ")

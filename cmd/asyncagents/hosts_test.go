@@ -1,0 +1,230 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
+)
+
+// host is an `asyncagents serve` running as a process of its own (the test binary, run as
+// the command), in its own process group.
+type host struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+}
+
+// startHost starts serve with tool prefix prefix on the OpenCode server srv and the store
+// store (a PostgreSQL URL), registered with srv's project, and waits until it is ready. It
+// is stopped with SIGTERM when the test ends, unless it was killed before.
+func startHost(t *testing.T, srv *opencodetest.Server, store, prefix string, extra ...string) *host {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
+	args := append([]string{"serve", "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory,
+		"-store", store, "-prefix", prefix, "-token-file", filepath.Join(state, "token"),
+		"-socket", filepath.Join(state, "serve.sock")}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "ASYNCAGENTS_TEST_MAIN=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &host{cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(h.exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-h.exited:
+		case <-time.After(30 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-h.exited
+		}
+	})
+	if !testmain.Eventually(60*time.Second, func() bool {
+		select {
+		case <-h.exited:
+			return true
+		default:
+			return strings.Contains(out.String(), "Ready.")
+		}
+	}) || !strings.Contains(out.String(), "Ready.") {
+		t.Fatalf("serve %s did not get ready:\n%s", prefix, out)
+	}
+	return h
+}
+
+// kill ends the host with SIGKILL, no goodbye, and waits for it.
+func (h *host) kill() {
+	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+	<-h.exited
+}
+
+// storedTasks reads every task in the database at url.
+func storedTasks(t *testing.T, url string) []asyncagents.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(ctx, "SELECT task FROM asyncagents_tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []asyncagents.Task
+	for rows.Next() {
+		var raw []byte
+		var task asyncagents.Task
+		if err := rows.Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &task); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, task)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// heldRunning counts the running tasks held by the serve of process pid (whose store's
+// holder name is host-pid-random).
+func heldRunning(t *testing.T, url string, pid int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	err = c.QueryRow(ctx, "SELECT count(*) FROM asyncagents_tasks WHERE holder LIKE $1 AND status = 'running'",
+		fmt.Sprintf("%%-%d-%%", pid)).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// H-2, H-3 (issue 19): three serves share one PostgreSQL database in front of one OpenCode
+// server. Six parents launch 30 tasks through the three bridges (OpenCode → MCP → serve);
+// one serve is SIGKILLed while the tasks run. Every task ends completed, once, and each
+// parent gets exactly one notification per task: the dead serve's tasks are claimed and
+// finished by the others.
+func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
+	pg := pgstoretest.Start(t)
+	db := pg.NewDatabase(t)
+	srv := opencodetest.Start(t)
+	hosts := make([]*host, 3)
+	for i := range hosts {
+		hosts[i] = startHost(t, srv, db, fmt.Sprintf("h%d", i), "-lease", "3s", "-notify", "none")
+	}
+	c := srv.Client()
+	const parents, perParent = 6, 5
+	var mu sync.Mutex
+	parentOf := map[string]string{}
+	var wg sync.WaitGroup
+	for p := range parents {
+		parent, err := c.CreateSession(t.Context(), opencode.CreateSessionRequest{Title: fmt.Sprintf("parent %d", p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perParent {
+				tool := fmt.Sprintf("h%d_task", (p+i)%len(hosts))
+				part := callTool(t, c, parent.ID, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:12 task %d of %d"}`, i, i, p))
+				if part.State.Status != "completed" {
+					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
+				}
+			}
+			mu.Lock()
+			parentOf[parent.ID] = parent.ID
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	stored := storedTasks(t, db)
+	if len(stored) != parents*perParent {
+		t.Fatalf("%d tasks stored, want %d", len(stored), parents*perParent)
+	}
+	running := heldRunning(t, db, hosts[0].cmd.Process.Pid)
+	if running == 0 {
+		t.Fatal("the serve to kill holds no running task: the tasks ended before the kill")
+	}
+	hosts[0].kill()
+	killed := time.Now()
+	t.Logf("killed a serve holding %d running tasks", running)
+	var all []asyncagents.Task
+	if !testmain.Eventually(90*time.Second, func() bool {
+		all = storedTasks(t, db)
+		for _, task := range all {
+			if task.Status != asyncagents.StatusCompleted || len(task.Notifications) != 1 ||
+				task.Notifications[0].State != asyncagents.NotificationDelivered {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("tasks not all completed and notified %v after the kill: %+v", time.Since(killed), all)
+	}
+	time.Sleep(3 * time.Second) // a duplicate would come within a lease
+	// Each parent holds the notification message each of its tasks recorded, and no other
+	// notification: a run end posted twice would be a second message.
+	want := map[string]map[string]bool{}
+	for _, task := range all {
+		if want[task.ParentSessionID] == nil {
+			want[task.ParentSessionID] = map[string]bool{}
+		}
+		want[task.ParentSessionID][task.Notifications[0].MessageID] = true
+	}
+	for parent := range parentOf {
+		msgs, err := c.Messages(t.Context(), parent, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range msgs {
+			if m.Info.Role == opencode.RoleUser && len(m.Parts) == 2 && m.Parts[1].Synthetic {
+				got = append(got, m.Info.ID)
+			}
+		}
+		if len(got) != perParent || len(want[parent]) != perParent {
+			t.Errorf("parent %s: %d notification messages, %d tasks recorded; want %d of each", parent, len(got), len(want[parent]), perParent)
+		}
+		for _, id := range got {
+			if !want[parent][id] {
+				t.Errorf("parent %s: notification %s is none of its tasks' recorded ones", parent, id)
+			}
+		}
+	}
+}
