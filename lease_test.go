@@ -122,3 +122,51 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 	db := url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
 	return srv.DSNAt(proxy.Addr(), db)
 }
+
+// H-1: PostgreSQL restarts while tasks end. Nothing is lost: the Manager posts no
+// notification whose id it cannot store, and once the database is back every task is
+// stored completed and notified once.
+func TestLeaseDatabaseRestartH1(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	store := openPG(t, url)
+	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, launch(t, m, caller, "task "+string(rune('a'+i))).ID)
+	}
+	srv.Stop()
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCompleted(t, m, ids)
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != 0 {
+		t.Fatalf("%d notifications posted while their ids could not be stored", len(got))
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitNotifications(t, f, caller.SessionID, len(ids))
+	waitFor(t, 30*time.Second, func() bool {
+		tasks, err := pgstore.ReadTasks(t.Context(), url)
+		if err != nil || len(tasks) != len(ids) {
+			return false
+		}
+		for _, task := range tasks {
+			if task.Status != asyncagents.StatusCompleted || len(task.Notifications) != 1 ||
+				task.Notifications[0].State != asyncagents.NotificationDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
+	}
+}

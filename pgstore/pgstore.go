@@ -382,3 +382,35 @@ func (s *Store) Delete(ctx context.Context, ids ...string) error {
 	s.mu.Unlock()
 	return nil
 }
+
+// ReadTasks reads every task in the database at url, whoever holds it, without taking a
+// lease or changing anything (SELECT task FROM asyncagents_tasks ORDER BY started): for
+// tools that show the tasks. Errors: a bad url (matching [asyncagents.ErrInvalidInput]),
+// the connection's and the query's.
+func ReadTasks(ctx context.Context, url string) ([]asyncagents.Task, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgstore: %v", asyncagents.ErrInvalidInput, err)
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(ctx, `SELECT task FROM asyncagents_tasks ORDER BY started`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (asyncagents.Task, error) {
+		var raw []byte
+		var t asyncagents.Task
+		if err := row.Scan(&raw); err != nil {
+			return t, err
+		}
+		return t, json.Unmarshal(raw, &t)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
+	}
+	return tasks, nil
+}

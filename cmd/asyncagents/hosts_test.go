@@ -4,8 +4,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +21,7 @@ import (
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+	"github.com/asyncagents/asyncagents/pgstore"
 	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
@@ -84,31 +85,11 @@ func storedTasks(t *testing.T, url string) []asyncagents.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, url)
+	tasks, err := pgstore.ReadTasks(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(context.Background())
-	rows, err := c.Query(ctx, "SELECT task FROM asyncagents_tasks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []asyncagents.Task
-	for rows.Next() {
-		var raw []byte
-		var task asyncagents.Task
-		if err := rows.Scan(&raw); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(raw, &task); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, task)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return tasks
 }
 
 // heldRunning counts the running tasks held by the serve of process pid (whose store's
@@ -159,7 +140,7 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 			defer wg.Done()
 			for i := range perParent {
 				tool := fmt.Sprintf("h%d_task", (p+i)%len(hosts))
-				part := callTool(t, c, parent.ID, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:12 task %d of %d"}`, i, i, p))
+				part := callTool(t, c, parent.ID, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:25 task %d of %d"}`, i, i, p))
 				if part.State.Status != "completed" {
 					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
 				}
@@ -226,5 +207,12 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 				t.Errorf("parent %s: notification %s is none of its tasks' recorded ones", parent, id)
 			}
 		}
+	}
+	// `tasks` reads every serve's tasks from the database, and does not print its password.
+	code, out, errOut := runCmd(t, "tasks", "-store", db)
+	u, _ := url.Parse(db)
+	pw, _ := u.User.Password()
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("%d task(s) from", parents*perParent)) || strings.Contains(out+errOut, pw) {
+		t.Errorf("tasks -store <database>: exit %d, password shown %v:\n%s%s", code, strings.Contains(out+errOut, pw), out, errOut)
 	}
 }

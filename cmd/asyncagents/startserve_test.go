@@ -149,9 +149,9 @@ func callTool(t *testing.T, c *opencode.HTTPClient, parent, name, args string) o
 	if _, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("TOOL:" + name + " " + args)}}); err != nil {
 		t.Fatal(err)
 	}
-	// The call's messages, and after them maybe a notification, the prompt asking for the
-	// parent's turn and the reply to it.
-	msgs, err := c.Messages(ctx, parent, 8)
+	// The call's messages, and after them maybe notifications, the prompt asking for the
+	// parent's turn and the reply to it: the newest call of the tool is this one.
+	msgs, err := c.Messages(ctx, parent, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,16 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/pgstore"
 )
 
 const tasksHelp = `Lists the tasks: what runs, for which parent session, since when, and how it ended.
 On Unix it asks the serve on the Unix socket -socket, sending no token: the socket's folder
 is yours alone, and on Linux, macOS and FreeBSD a socket served by another user is refused.
 When no serve listens there (no socket, or nothing accepts on it) it reads -store without
-creating, locking or changing it; no store means no tasks. On Windows, which has no
+creating, locking or changing it; no store means no tasks. With a PostgreSQL -store
+(postgres://…, shared by several serves) it reads the database at once: every serve's tasks.
+On Windows, which has no
 socket, it asks the serve at -listen over TCP with the token of -token-file, which goes to
 whatever process holds that port.
 Text from models and servers (ids, descriptions, errors) is printed with control and
@@ -40,7 +43,7 @@ type tasksConfig struct {
 func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
 	var c tasksConfig
 	c.serveAddr.flags(fs)
-	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file, read when no serve answers")
+	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file, read when no serve answers, or a PostgreSQL URL, read at once")
 	fs.StringVar(&c.parent, "parent", "", "only the tasks of this parent `session` (ses_…)")
 	fs.StringVar(&c.status, "status", "", "only tasks in this status: queued, running, completed, error, cancelled or resumed")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
@@ -77,6 +80,11 @@ func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 func loadTasks(ctx context.Context, c tasksConfig) ([]asyncagents.Task, string, error) {
 	if c.status != "" && !validStatus(c.status) {
 		return nil, "", fmt.Errorf("unknown status %q", c.status)
+	}
+	if isPostgresURL(c.store) {
+		tasks, err := pgstore.ReadTasks(ctx, c.store)
+		sort.Slice(tasks, func(i, j int) bool { return tasks[i].ID > tasks[j].ID })
+		return tasks, storeName(c.store), err
 	}
 	tasks, from, err := fetchTasks(ctx, c)
 	if err == nil {
