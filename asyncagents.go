@@ -20,9 +20,10 @@ import (
 // events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
 // read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
 // empty) and one notifier with up to 32 delivery workers, each posting up to 8 of one
-// parent's notifications at once (with 7 goroutines of its own); right after New, one starting the
-// stored queued tasks and one sending the stored follow-ups; with [WithPermissionPolicy], one
-// short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
+// parent's notifications at once (with 7 goroutines of its own); with a [LeaseStore], one
+// renewing and claiming leases, and with a [SlotStore] and limits, one granting slots; right
+// after New, one starting the stored queued tasks and one sending the stored follow-ups; with
+// [WithPermissionPolicy], one short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
 // package documentation says what a panic in one of them does.
 type Manager struct {
 	client opencode.Client
@@ -79,7 +80,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		cleared:   map[string]Usage{},
 		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1)},
 		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
-		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}},
+		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}, wake: make(chan struct{}, 1)},
 		mirrors:   mirrors{logs: map[string]*runLog{}, tried: make(chan struct{})},
 		lossGrace: lossGrace,
 	}
@@ -90,6 +91,9 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
 	start, followUps := m.restore(stored)
+	if m.slotStore() != nil {
+		m.wakeGranterLocked() // for the stored queued tasks
+	}
 	m.start()
 	if len(start) > 0 {
 		m.spawn("starting queued tasks", func() { m.startQueued(start) })

@@ -155,6 +155,9 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		start = m.takeSlot(e) // the context is there: the run may take its slot now
 	}
 	if !start {
+		if m.slotStore() != nil { // the store may grant it a slot at once
+			m.grantSlots(ctx)
+		}
 		return m.snapshot(e), nil // queued: it starts when a slot frees (or was cancelled meanwhile)
 	}
 	if err := m.sendPrompt(ctx, e, 0); err != nil {

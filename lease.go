@@ -85,6 +85,7 @@ func (m *Manager) dropLost(ids ...string) {
 			continue
 		}
 		m.cfg.logger.Info("asyncagents: task lease lost to another host", "task", id)
+		e.lost = true
 		usage := e.task.Usage
 		e.task.Usage = Usage{} // not cleared: counted by its new holder
 		start = append(start, m.removeLocked(e)...)
@@ -105,6 +106,7 @@ func (m *Manager) adopt(tasks []Task) {
 	}
 	start, followUps := m.restore(tasks)
 	m.wakeReconcilerLocked()
+	m.wakeGranterLocked()
 	m.mu.Unlock()
 	m.startQueued(start)
 	for _, e := range followUps {

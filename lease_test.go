@@ -2,7 +2,9 @@ package asyncagents_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,5 +170,84 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 	time.Sleep(leaseTestLease)
 	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
 		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
+	}
+}
+
+// H-4: a concurrency limit holds across Managers sharing a SlotStore, and queued tasks start
+// in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
+// two Managers run at once.
+func TestSharedLimitH4(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
+	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
+	managers := []*asyncagents.Manager{a, b}
+	running := func() (n int, ids []string) {
+		for _, m := range managers {
+			tasks, _ := m.List(caller, asyncagents.StatusRunning)
+			for _, task := range tasks {
+				n++
+				ids = append(ids, task.ID)
+			}
+		}
+		return n, ids
+	}
+	stop := make(chan struct{})
+	var most atomic.Int64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if n, _ := running(); int64(n) > most.Load() {
+				most.Store(int64(n))
+			}
+		}
+	}()
+	defer func() { close(stop); <-sampled }()
+	// a1 and b1 run; a2, b2, a3 wait, in that order.
+	var ids []string
+	var owner []*asyncagents.Manager
+	for i, m := range []*asyncagents.Manager{a, b, a, b, a} {
+		task := launch(t, m, caller, fmt.Sprintf("task %d", i))
+		ids, owner = append(ids, task.ID), append(owner, m)
+		want := asyncagents.StatusQueued
+		if i < 2 {
+			want = asyncagents.StatusRunning
+		}
+		if task.Status != want {
+			t.Fatalf("task %d launched %s, want %s", i, task.Status, want)
+		}
+	}
+	for i := range ids {
+		// Ending the oldest running task starts the next in launch order.
+		if err := f.Release(ids[i], opencodetest.Text("done")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() bool {
+			task, err := owner[i].Get(ids[i])
+			return err == nil && task.Status == asyncagents.StatusCompleted
+		})
+		if next := i + 2; next < len(ids) {
+			waitFor(t, 10*time.Second, func() bool {
+				task, err := owner[next].Get(ids[next])
+				return err == nil && task.Status == asyncagents.StatusRunning
+			})
+			for later := next + 1; later < len(ids); later++ {
+				if task, _ := owner[later].Get(ids[later]); task.Status != asyncagents.StatusQueued {
+					t.Fatalf("task %d is %s before task %d started; want queued (launch order)", later, task.Status, next)
+				}
+			}
+		}
+	}
+	if n := most.Load(); n > 2 {
+		t.Fatalf("%d tasks ran at once across the Managers, limit 2", n)
 	}
 }

@@ -3,6 +3,7 @@ package asyncagents
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -34,6 +35,12 @@ func (l Limits) validate() error {
 	return nil
 }
 
+// any reports whether l limits anything.
+func (l Limits) any() bool {
+	return l.Default > 0 || slices.ContainsFunc(slices.Collect(maps.Values(l.Providers)), func(n int) bool { return n > 0 }) ||
+		slices.ContainsFunc(slices.Collect(maps.Values(l.Models)), func(n int) bool { return n > 0 })
+}
+
 // keyOf returns the limit a task counts against, and its key ("" when unlimited).
 func (l Limits) keyOf(model string) (key string, limit int) {
 	if n, ok := l.Models[model]; ok && model != "" {
@@ -56,6 +63,12 @@ type slots struct {
 	waiting  map[string][]*entry
 	limitOf  map[string]int
 	activeOf map[string]int
+
+	// With a SlotStore (shared.go), the store grants the slots: release holds the tasks
+	// whose slots (or places in a queue) are yet to be given back to it, and wake asks the
+	// granting loop for a pass.
+	release []string
+	wake    chan struct{}
 }
 
 // slotLocked decides whether e may start now: it takes a slot of e's limit and reports
@@ -66,6 +79,11 @@ func (m *Manager) slotLocked(e *entry) bool {
 		return true
 	}
 	m.slots.limitOf[key] = limit
+	if m.slotStore() != nil { // the store grants it (see grantSlots)
+		m.slots.waiting[key] = append(m.slots.waiting[key], e)
+		m.wakeGranterLocked()
+		return false
+	}
 	if m.slots.running[key] < limit && len(m.slots.waiting[key]) == 0 {
 		m.slots.running[key]++
 		e.slot = key
@@ -80,20 +98,33 @@ func (m *Manager) slotLocked(e *entry) bool {
 // startQueued.
 func (m *Manager) releaseLocked(e *entry) []*entry {
 	key := e.slot
+	shared := m.slotStore() != nil && !e.lost // a lost task's slot is its new holder's
 	if key == "" {
 		key, _ = m.cfg.limits.keyOf(e.task.Model)
 		if i := slices.Index(m.slots.waiting[key], e); i >= 0 {
 			m.slots.waiting[key] = slices.Delete(m.slots.waiting[key], i, i+1)
+			if shared {
+				m.slots.release = append(m.slots.release, e.task.ID)
+				m.wakeGranterLocked()
+			}
 		}
 		return nil
 	}
 	e.slot = ""
 	m.slots.running[key]--
+	if shared {
+		m.slots.release = append(m.slots.release, e.task.ID)
+		m.wakeGranterLocked()
+	}
 	return m.startableLocked(key)
 }
 
-// startableLocked takes the tasks waiting for key that fit in its limit now.
+// startableLocked takes the tasks waiting for key that fit in its limit now (none with a
+// SlotStore, which grants the slots).
 func (m *Manager) startableLocked(key string) []*entry {
+	if m.slotStore() != nil {
+		return nil
+	}
 	limit := m.slots.limitOf[key]
 	var start []*entry
 	for len(m.slots.waiting[key]) > 0 && (limit == 0 || m.slots.running[key] < limit) {

@@ -41,6 +41,9 @@ func (m *Manager) start() {
 	if m.leaseStore() != nil {
 		m.keep("renewing and claiming leases", m.leaseLoop)
 	}
+	if m.slotStore() != nil {
+		m.keep("granting concurrency slots", m.grantLoop)
+	}
 }
 
 // keep runs loop on a goroutine of the Manager's until the Manager closes: when loop returns

@@ -47,6 +47,23 @@ type LeaseStore interface {
 	LeaseDuration() time.Duration
 }
 
+// A SlotStore is a [LeaseStore] that also keeps the concurrency slots of [Limits], so that
+// a limit bounds the tasks running on every host that shares the store, and queued tasks
+// start in launch order across hosts. A Manager on a SlotStore queues a task over a limit
+// in the store and starts it when [SlotStore.Slots] grants it a slot; it gives the slot
+// back with [SlotStore.Release] when the run ends. Every Manager sharing the store must
+// have the same limits.
+type SlotStore interface {
+	LeaseStore
+	// Slots queues the tasks waiting (in that order, after those queued before, by any
+	// store) for a slot of the limit key, gives the free slots of key (at most limit held
+	// at once) to the oldest tasks queued for it, whoever holds them, and returns the ids
+	// of waiting that hold a slot now.
+	Slots(ctx context.Context, key string, limit int, waiting []string) (granted []string, err error)
+	// Release gives back the slots of tasks ids, or takes them out of their queues.
+	Release(ctx context.Context, ids ...string) error
+}
+
 // MemoryStore is a [Store] in memory, the default: tasks live as long as the process.
 // The zero value is ready; it is safe for concurrent use.
 type MemoryStore struct {

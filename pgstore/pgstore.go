@@ -87,7 +87,7 @@ type lease struct {
 	until time.Time // Holds is true before this instant (local clock)
 }
 
-var _ asyncagents.LeaseStore = (*Store)(nil)
+var _ asyncagents.SlotStore = (*Store)(nil)
 
 // Open connects to the database at url (a PostgreSQL URL or key=value string, as pgx
 // reads it), creates or migrates the schema, and returns the store. Errors: a bad url or
@@ -136,6 +136,13 @@ var migrations = []string{
 	CREATE INDEX asyncagents_tasks_lease ON asyncagents_tasks (lease_until);
 	CREATE INDEX asyncagents_tasks_holder ON asyncagents_tasks (holder);
 	CREATE INDEX asyncagents_tasks_parent ON asyncagents_tasks (parent);`,
+	`CREATE TABLE asyncagents_slots (
+		task    text PRIMARY KEY,
+		key     text NOT NULL,
+		seq     bigserial NOT NULL,
+		granted boolean NOT NULL DEFAULT false
+	);
+	CREATE INDEX asyncagents_slots_key ON asyncagents_slots (key, granted, seq);`,
 }
 
 // migrateSchema brings the schema to len(migrations), refusing a newer one.
@@ -365,14 +372,18 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 	return nil
 }
 
-// Delete removes tasks by id, whoever holds them (a Clear is the user's word):
+// Delete removes tasks by id, whoever holds them (a Clear is the user's word), and their
+// slots:
 //
-//	DELETE FROM asyncagents_tasks WHERE id = ANY($1)
+//	DELETE FROM asyncagents_tasks WHERE id = ANY($1); DELETE FROM asyncagents_slots WHERE task = ANY($1)
 func (s *Store) Delete(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM asyncagents_tasks WHERE id = ANY($1)`, ids); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM asyncagents_tasks WHERE id = ANY($1)`, ids)
+	b.Queue(`DELETE FROM asyncagents_slots WHERE task = ANY($1)`, ids)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)
 	}
 	s.mu.Lock()
@@ -380,6 +391,62 @@ func (s *Store) Delete(ctx context.Context, ids ...string) error {
 		delete(s.held, id)
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// Slots queues the tasks waiting for a slot of the limit key, grants the free slots of key
+// to the oldest tasks queued for it by any store, and returns the ids of waiting that hold
+// a slot. It runs in one transaction, under an advisory lock of key:
+//
+//	INSERT INTO asyncagents_slots (task, key) SELECT … unnest($waiting) ON CONFLICT DO NOTHING
+//	UPDATE asyncagents_slots SET granted = true WHERE task IN (SELECT task … WHERE key = $1
+//	    AND NOT granted ORDER BY seq LIMIT $limit − (granted slots of key))
+//	SELECT task FROM asyncagents_slots WHERE granted AND task = ANY($waiting)
+func (s *Store) Slots(ctx context.Context, key string, limit int, waiting []string) ([]string, error) {
+	if waiting == nil {
+		waiting = []string{}
+	}
+	var granted []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext('asyncagents_slots'), hashtext($1))`, key)
+		b.Queue(`INSERT INTO asyncagents_slots (task, key)
+			SELECT w.task, $1 FROM unnest($2::text[]) WITH ORDINALITY AS w(task, n) ORDER BY w.n
+			ON CONFLICT (task) DO NOTHING`, key, waiting)
+		b.Queue(`UPDATE asyncagents_slots SET granted = true WHERE task IN (
+			SELECT task FROM asyncagents_slots WHERE key = $1 AND NOT granted ORDER BY seq
+			LIMIT greatest(0, $2 - (SELECT count(*) FROM asyncagents_slots WHERE key = $1 AND granted)))`, key, limit)
+		b.Queue(`SELECT task FROM asyncagents_slots WHERE granted AND task = ANY($1)`, waiting)
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		for range 3 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		granted, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: slots of %s: %w", key, err)
+	}
+	return granted, nil
+}
+
+// Release gives back the slots of tasks ids, or takes them out of their queues:
+//
+//	DELETE FROM asyncagents_slots WHERE task = ANY($1)
+func (s *Store) Release(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM asyncagents_slots WHERE task = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("pgstore: release slots: %w", err)
+	}
 	return nil
 }
 

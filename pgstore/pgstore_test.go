@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -160,5 +161,46 @@ func TestSchemaNewer(t *testing.T) {
 	_, err := pgstore.Open(ctx, url, pgstore.Options{})
 	if !errors.Is(err, pgstore.ErrSchemaNewer) {
 		t.Fatalf("Open on a newer schema: %v, want ErrSchemaNewer", err)
+	}
+}
+
+// TestSlots: two stores share a limit of 2; slots go to the oldest queued tasks, whichever
+// store queued them, and a released slot goes to the next (H-4).
+func TestSlots(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a, b := open(t, url, 0), open(t, url, 0)
+	slots := func(s *pgstore.Store, waiting ...string) []string {
+		t.Helper()
+		got, err := s.Slots(ctx, "default", 2, waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := slots(a, "ses_a1"); !slices.Equal(got, []string{"ses_a1"}) {
+		t.Fatalf("a's first: %v", got)
+	}
+	if got := slots(b, "ses_b1", "ses_b2"); !slices.Equal(got, []string{"ses_b1"}) {
+		t.Fatalf("b's two with one slot free: %v, want [ses_b1]", got)
+	}
+	if got := slots(a, "ses_a2"); len(got) != 0 {
+		t.Fatalf("a's second, queued after b2: %v, want none", got)
+	}
+	if err := a.Release(ctx, "ses_a1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := slots(a, "ses_a2"); len(got) != 0 {
+		t.Fatalf("a2 after a1's release: %v, want none (b2 is older)", got)
+	}
+	if got := slots(b, "ses_b2"); !slices.Equal(got, []string{"ses_b2"}) {
+		t.Fatalf("b2 after a1's release: %v, want [ses_b2] (granted by a's pass)", got)
+	}
+	if err := b.Delete(ctx, "ses_b1"); err != nil { // Delete frees the slot too
+		t.Fatal(err)
+	}
+	if got := slots(a, "ses_a2"); !slices.Equal(got, []string{"ses_a2"}) {
+		t.Fatalf("a2 after b1's delete: %v", got)
 	}
 }
