@@ -112,42 +112,88 @@ func heldRunning(t *testing.T, url string, pid int) int {
 	return n
 }
 
-// H-2, H-3 (issue 19): three serves share one PostgreSQL database in front of one OpenCode
-// server. Six parents launch 30 tasks through the three bridges (OpenCode → MCP → serve);
-// one serve is SIGKILLed while the tasks run. Every task ends completed, once, and each
-// parent gets exactly one notification per task: the dead serve's tasks are claimed and
-// finished by the others.
+// The size of TestHostsShareTasksAndSurviveKillH2: parents, tasks of each, and the limit
+// of tasks running at once across the serves.
+const parents, perParent, maxRunning = 6, 5, 20
+
+// sampleBusy counts, every 50 ms until the test ends, the busy sessions of the server c that
+// are not parents, and returns a function giving the most seen at once.
+func sampleBusy(t *testing.T, c *opencode.HTTPClient, parents map[string]string) func() int {
+	var mu sync.Mutex
+	most := 0
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := c.SessionStatus(ctx, "")
+			cancel()
+			if err != nil {
+				continue
+			}
+			n := 0
+			for id := range st {
+				if parents[id] == "" {
+					n++
+				}
+			}
+			mu.Lock()
+			most = max(most, n)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+}
+
+// H-2, H-3, H-4 (issue 19): three serves share one PostgreSQL database in front of one
+// OpenCode server, with a limit of 20 tasks running at once. Six parents launch 30 tasks
+// through the three bridges (OpenCode → MCP → serve); one serve is SIGKILLed while the tasks
+// run. Every task ends completed, once, and each parent gets exactly one notification per
+// task: the dead serve's tasks are claimed and finished by the others. Sampled every 50 ms,
+// no more than 20 task sessions are ever busy at once.
 func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	srv := opencodetest.Start(t)
 	hosts := make([]*host, 3)
 	for i := range hosts {
-		hosts[i] = startHost(t, srv, db, fmt.Sprintf("h%d", i), "-lease", "3s", "-notify", "none")
+		hosts[i] = startHost(t, srv, db, fmt.Sprintf("h%d", i), "-lease", "3s", "-notify", "none",
+			"-max-running", fmt.Sprint(maxRunning))
 	}
 	c := srv.Client()
-	const parents, perParent = 6, 5
-	var mu sync.Mutex
 	parentOf := map[string]string{}
-	var wg sync.WaitGroup
+	var ids []string
 	for p := range parents {
 		parent, err := c.CreateSession(t.Context(), opencode.CreateSessionRequest{Title: fmt.Sprintf("parent %d", p)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		parentOf[parent.ID] = parent.ID
+		ids = append(ids, parent.ID)
+	}
+	most := sampleBusy(t, c, parentOf)
+	var wg sync.WaitGroup
+	for p, parent := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range perParent {
 				tool := fmt.Sprintf("h%d_task", (p+i)%len(hosts))
-				part := callTool(t, c, parent.ID, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:25 task %d of %d"}`, i, i, p))
+				part := callTool(t, c, parent, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:20 task %d of %d"}`, i, i, p))
 				if part.State.Status != "completed" {
 					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
 				}
 			}
-			mu.Lock()
-			parentOf[parent.ID] = parent.ID
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -215,4 +261,8 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, fmt.Sprintf("%d task(s) from", parents*perParent)) || strings.Contains(out+errOut, pw) {
 		t.Errorf("tasks -store <database>: exit %d, password shown %v:\n%s%s", code, strings.Contains(out+errOut, pw), out, errOut)
 	}
+	if n := most(); n > maxRunning || n < maxRunning/2 {
+		t.Errorf("at most %d task sessions were busy at once, want %d at most (the serves' shared limit), and not fewer than %d", n, maxRunning, maxRunning/2)
+	}
+	t.Logf("at most %d task sessions busy at once (limit %d)", most(), maxRunning)
 }
