@@ -8,6 +8,9 @@
 #               characters and latencies per notification policy (takes minutes, not run by test or bench)
 #   make bench-fork-modes  what each fork mode shares with the caller's last model request, for
 #               callers of 10, 100 and 1,000 messages on a real server (a minute or two; not run by test or bench)
+#   make bench-hosts  Managers sharing PostgreSQL against one on a file store, on a real server:
+#               launches and run ends per second, latencies, database round trips per task, and
+#               the takeover time after a Manager stops (minutes; not run by test or bench)
 #   make bench-fork  a forked launch's read of long parents imported into a real server, whole and
 #               paged: server, decode and pipeline time (P-4; takes minutes, not run by test or bench)
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
@@ -35,7 +38,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race postgres demo bench bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
+.PHONY: all test vet compat fmt-check race postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
 
 all: test
 
@@ -98,6 +101,10 @@ bench: opencode
 # idle or busy, under each notification policy, and reports the parent's turns and latencies.
 bench-waves: opencode
 	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWavesN -benchtime 1x -timeout 30m .
+
+# bench-hosts: see BenchmarkRealServerHosts.
+bench-hosts: opencode postgres
+	ASYNCAGENTS_BENCH_HOSTS=1 $(GO) test -run '^$$' -bench BenchmarkRealServerHosts -benchtime 1x -timeout 30m .
 
 # bench-fork-modes launches a forked task in each mode from callers of 10, 100 and 1,000
 # messages and reports the prefix its first model request shares with the caller's last one.

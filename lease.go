@@ -8,8 +8,8 @@ import (
 )
 
 // Leases: with a [LeaseStore], the Manager acts on a task only while its store holds the
-// task's lease. leaseLoop renews the leases and claims expired ones every third of the lease
-// duration; a task whose lease is lost (reported by Renew, or by a Save) is dropped from
+// task's lease. leaseLoop renews the leases every third of the lease duration and claims
+// expired ones every second; a task whose lease is lost (reported by Renew, or by a Save) is dropped from
 // memory (dropLost), and claimed tasks are taken in as New takes stored ones (adopt).
 
 // leaseStore returns the Manager's store as a LeaseStore, or nil.
@@ -50,18 +50,28 @@ func (m *Manager) leaseCtx(ctx context.Context, ids ...string) (context.Context,
 	return ctx, cancel, nil
 }
 
-// leaseLoop renews and claims leases until the Manager closes.
+// claimEvery bounds the time between two claims of expired leases, so that a dead host's
+// tasks are claimed within a second of their leases' expiry.
+const claimEvery = time.Second
+
+// leaseLoop renews the leases every third of the lease duration and claims expired ones
+// every claimEvery (or third of the lease, when shorter) until the Manager closes.
 func (m *Manager) leaseLoop() {
 	ls := m.leaseStore()
-	every := ls.LeaseDuration() / 3
+	renewEvery := ls.LeaseDuration() / 3
+	every := min(renewEvery, claimEvery)
+	renewed := m.now()
 	for m.wait(every) {
-		ctx, cancel := context.WithTimeout(m.ctx, every)
-		lost, err := ls.Renew(ctx)
-		if err != nil {
-			m.cfg.logger.Warn("asyncagents: renew leases", "err", err)
-		}
-		if len(lost) > 0 {
-			m.dropLost(lost...)
+		ctx, cancel := context.WithTimeout(m.ctx, renewEvery)
+		if m.now().Sub(renewed) >= renewEvery-every/2 {
+			renewed = m.now()
+			lost, err := ls.Renew(ctx)
+			if err != nil {
+				m.cfg.logger.Warn("asyncagents: renew leases", "err", err)
+			}
+			if len(lost) > 0 {
+				m.dropLost(lost...)
+			}
 		}
 		claimed, err := ls.Claim(ctx)
 		cancel()

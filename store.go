@@ -24,8 +24,9 @@ type Store interface {
 // expires when it stops renewing (its host died, or lost the database). A Manager on a
 // LeaseStore acts on a task — aborts it, posts its notifications — only before the instant
 // [LeaseStore.Held] gives, and bounds those requests by it; it renews every third of
-// [LeaseStore.LeaseDuration] and claims the tasks whose leases expired as often, and drops
-// a task from its memory when the store reports the lease lost.
+// [LeaseStore.LeaseDuration], claims the tasks whose leases expired every second (or third
+// of the lease, when shorter), and drops a task from its memory when the store reports the
+// lease lost.
 //
 // Load returns the tasks that the new store claims (the expired ones, as [LeaseStore.Claim]
 // does). Save of a task the store does not hold returns an error matching [ErrLeaseLost]

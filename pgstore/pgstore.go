@@ -38,6 +38,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,8 @@ type Store struct {
 	pool   *pgxpool.Pool
 	holder string
 	lease  time.Duration
+
+	trips atomic.Int64 // round trips to the database
 
 	mu   sync.Mutex
 	held map[string]lease // the tasks this store holds
@@ -183,6 +186,7 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 func (s *Store) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.trips.Add(1)
 	_, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET lease_until = '-infinity' WHERE holder = $1`, s.holder)
 	s.mu.Lock()
 	clear(s.held)
@@ -193,6 +197,10 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// RoundTrips returns how many round trips to the database the store has made: one per
+// statement, or per batch of statements sent together.
+func (s *Store) RoundTrips() int64 { return s.trips.Load() }
 
 // Holder returns the name of the store in the database's rows.
 func (s *Store) Holder() string { return s.holder }
@@ -241,6 +249,7 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 	if !own {
 		skip = []string{}
 	}
+	s.trips.Add(1)
 	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET holder = $1,
 			fence = CASE WHEN holder = $1 THEN fence ELSE fence + 1 END,
 			lease_until = now() + $2::interval
@@ -286,6 +295,7 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 //	UPDATE asyncagents_tasks SET lease_until = now() + $2 WHERE holder = $1 RETURNING id, fence
 func (s *Store) Renew(ctx context.Context) ([]string, error) {
 	start := time.Now()
+	s.trips.Add(1)
 	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET lease_until = now() + $2::interval
 		WHERE holder = $1 RETURNING id, fence`, s.holder, s.lease)
 	if err != nil {
@@ -349,6 +359,7 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 	}
 	start := time.Now()
 	var fence int64
+	s.trips.Add(1)
 	err = s.pool.QueryRow(ctx, `INSERT INTO asyncagents_tasks AS t
 			(id, parent, status, started, holder, fence, lease_until, task)
 		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7)
@@ -383,6 +394,7 @@ func (s *Store) Delete(ctx context.Context, ids ...string) error {
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM asyncagents_tasks WHERE id = ANY($1)`, ids)
 	b.Queue(`DELETE FROM asyncagents_slots WHERE task = ANY($1)`, ids)
+	s.trips.Add(1)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)
 	}
@@ -406,19 +418,21 @@ func (s *Store) Slots(ctx context.Context, key string, limit int, waiting []stri
 	if waiting == nil {
 		waiting = []string{}
 	}
+	// One batch, one round trip: PostgreSQL runs it as one implicit transaction, which
+	// holds the advisory lock to its end.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtext('asyncagents_slots'), hashtext($1))`, key)
+	b.Queue(`INSERT INTO asyncagents_slots (task, key)
+		SELECT w.task, $1 FROM unnest($2::text[]) WITH ORDINALITY AS w(task, n) ORDER BY w.n
+		ON CONFLICT (task) DO NOTHING`, key, waiting)
+	b.Queue(`UPDATE asyncagents_slots SET granted = true WHERE task IN (
+		SELECT task FROM asyncagents_slots WHERE key = $1 AND NOT granted ORDER BY seq
+		LIMIT greatest(0, $2 - (SELECT count(*) FROM asyncagents_slots WHERE key = $1 AND granted)))`, key, limit)
+	b.Queue(`SELECT task FROM asyncagents_slots WHERE granted AND task = ANY($1)`, waiting)
+	s.trips.Add(1)
+	br := s.pool.SendBatch(ctx, b)
 	var granted []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtext('asyncagents_slots'), hashtext($1))`, key)
-		b.Queue(`INSERT INTO asyncagents_slots (task, key)
-			SELECT w.task, $1 FROM unnest($2::text[]) WITH ORDINALITY AS w(task, n) ORDER BY w.n
-			ON CONFLICT (task) DO NOTHING`, key, waiting)
-		b.Queue(`UPDATE asyncagents_slots SET granted = true WHERE task IN (
-			SELECT task FROM asyncagents_slots WHERE key = $1 AND NOT granted ORDER BY seq
-			LIMIT greatest(0, $2 - (SELECT count(*) FROM asyncagents_slots WHERE key = $1 AND granted)))`, key, limit)
-		b.Queue(`SELECT task FROM asyncagents_slots WHERE granted AND task = ANY($1)`, waiting)
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
+	err := func() error {
 		for range 3 {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -430,7 +444,10 @@ func (s *Store) Slots(ctx context.Context, key string, limit int, waiting []stri
 		}
 		granted, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
-	})
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: slots of %s: %w", key, err)
 	}
@@ -444,6 +461,7 @@ func (s *Store) Release(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	s.trips.Add(1)
 	if _, err := s.pool.Exec(ctx, `DELETE FROM asyncagents_slots WHERE task = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("pgstore: release slots: %w", err)
 	}
