@@ -15,6 +15,7 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		return Task{}, err
 	}
 	defer m.ops.Done()
+	m.pull(ctx, caller, id)
 	m.mu.Lock()
 	e, err := m.lookupLocked(caller, id)
 	if err != nil {
@@ -51,6 +52,15 @@ type ClearResult struct {
 func (m *Manager) Clear(ctx context.Context, caller Caller) (ClearResult, error) {
 	if err := checkCaller(caller); err != nil {
 		return ClearResult{}, err
+	}
+	if hs := m.handoffStore(); hs != nil { // the caller's tasks on other hosts first come here
+		if remote := m.remoteTasks(caller.SessionID); len(remote) > 0 {
+			ids := make([]string, len(remote))
+			for i, t := range remote {
+				ids[i] = t.ID
+			}
+			m.pullIDs(ctx, hs, ids)
+		}
 	}
 	return m.clear(ctx, func(parent string) bool { return parent == caller.SessionID })
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/asyncagents/asyncagents/manager"
 )
 
 // Leases: with a [LeaseStore], the Manager acts on a task only while its store holds the
@@ -29,25 +32,46 @@ func (m *Manager) heldUntil(id string) (time.Time, bool) {
 	return until, !until.IsZero() && time.Now().Before(until)
 }
 
-// leaseCtx bounds ctx by the leases on tasks ids: it fails with ErrLeaseLost when the
-// Manager does not hold one of them, and otherwise ends when the first could lapse.
+// leaseCtx bounds ctx by the leases on tasks ids, for a request that acts on them: it fails
+// with ErrLeaseLost when the Manager does not hold one of them (or is handing it over), and
+// otherwise ends when the first could lapse. The request counts as in flight on the tasks
+// until cancel is called (a handover waits for it).
 func (m *Manager) leaseCtx(ctx context.Context, ids ...string) (context.Context, context.CancelFunc, error) {
-	var first time.Time
-	for _, id := range ids {
-		until, ok := m.heldUntil(id)
-		if !ok {
-			return nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
-		}
-		if !until.IsZero() && (first.IsZero() || until.Before(first)) {
-			first = until
-		}
-	}
-	if first.IsZero() {
+	if m.leaseStore() == nil {
 		ctx, cancel := context.WithCancel(ctx)
 		return ctx, cancel, nil
 	}
+	var first time.Time
+	m.mu.Lock()
+	var acting []*entry
+	for _, id := range ids {
+		until, ok := m.heldUntil(id)
+		e := m.tasks[id]
+		if !ok || e != nil && e.lost {
+			for _, a := range acting {
+				a.acting--
+			}
+			m.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
+		}
+		if e != nil {
+			e.acting++
+			acting = append(acting, e)
+		}
+		if first.IsZero() || until.Before(first) {
+			first = until
+		}
+	}
+	m.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, first)
-	return ctx, cancel, nil
+	return ctx, func() {
+		cancel()
+		m.mu.Lock()
+		for _, a := range acting {
+			a.acting--
+		}
+		m.mu.Unlock()
+	}, nil
 }
 
 // claimEvery bounds the time between two claims of expired leases, so that a dead host's
@@ -71,6 +95,15 @@ func (m *Manager) leaseLoop() {
 			}
 			if len(lost) > 0 {
 				m.dropLost(lost...)
+			}
+		}
+		if hs := m.handoffStore(); hs != nil {
+			wanted, err := hs.Wanted(ctx)
+			if err != nil {
+				m.cfg.logger.Warn("asyncagents: tasks wanted by other hosts", "err", err)
+			}
+			for _, id := range wanted {
+				m.handOver(ctx, hs, id)
 			}
 		}
 		claimed, err := ls.Claim(ctx)
@@ -126,3 +159,117 @@ func (m *Manager) adopt(tasks []Task) {
 
 // lostLease reports whether err says the store no longer holds a task's lease.
 func lostLease(err error) bool { return errors.Is(err, ErrLeaseLost) }
+
+// handoffStore returns the Manager's store as a HandoffStore, or nil.
+func (m *Manager) handoffStore() HandoffStore {
+	hs, _ := m.cfg.store.(HandoffStore)
+	return hs
+}
+
+// handOver gives task id to the host that wants it: the Manager stops acting on it, waits for
+// the requests in flight on it (each bounded by the lease), stores its newest record, forgets
+// it and yields its lease.
+func (m *Manager) handOver(ctx context.Context, hs HandoffStore, id string) {
+	m.mu.Lock()
+	e := m.tasks[id]
+	if e == nil {
+		m.mu.Unlock()
+		return
+	}
+	e.lost = true
+	m.mu.Unlock()
+	for {
+		m.mu.Lock()
+		n := e.acting
+		m.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if !m.wait(10 * time.Millisecond) {
+			return // closing: the lease expires
+		}
+	}
+	if err := m.persist(e); err != nil {
+		return // the lease expires; the other host claims the last stored record
+	}
+	e.saveMu.Lock()
+	m.mu.Lock()
+	start := m.removeLocked(e) // no save after this one
+	m.mu.Unlock()
+	e.saveMu.Unlock()
+	m.startQueued(start)
+	if err := hs.Yield(ctx, id); err != nil {
+		m.cfg.logger.Warn("asyncagents: yield a task's lease", "task", id, "err", err)
+	}
+	m.cfg.logger.Info("asyncagents: task handed over to another host", "task", id)
+}
+
+// pullTimeout bounds how long an operation waits for a task another host holds.
+const pullTimeout = 15 * time.Second
+
+// pull takes over the caller's task id (a full id or a prefix) from the host that holds it,
+// when the Manager does not have it and its store is a HandoffStore: it asks for it and
+// claims it once the holder yields it (or its lease expires), for at most pullTimeout or
+// until ctx ends. It does nothing when the task is here, or is none of the caller's.
+func (m *Manager) pull(ctx context.Context, caller Caller, id string) {
+	hs := m.handoffStore()
+	if hs == nil {
+		return
+	}
+	m.mu.Lock()
+	_, err := m.lookupLocked(caller, id)
+	m.mu.Unlock()
+	if !errors.Is(err, ErrTaskNotFound) {
+		return
+	}
+	qctx, cancel := m.quickCtx()
+	tasks, err := hs.Tasks(qctx, caller.SessionID)
+	cancel()
+	if err != nil {
+		return
+	}
+	var ids []string
+	for _, t := range tasks {
+		if t.ID == id || strings.HasPrefix(t.ID, manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)) {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) != 1 { // none, or a prefix of several: lookupLocked says so
+		return
+	}
+	m.pullIDs(ctx, hs, ids)
+}
+
+// pullIDs takes over tasks ids from the hosts that hold them (see pull).
+func (m *Manager) pullIDs(ctx context.Context, hs HandoffStore, ids []string) {
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := hs.Want(ctx, id); err != nil {
+			m.cfg.logger.Warn("asyncagents: ask for a task", "task", id, "err", err)
+			return
+		}
+	}
+	for {
+		claimed, err := hs.Claim(ctx)
+		if err == nil && len(claimed) > 0 {
+			m.adopt(claimed)
+		}
+		m.mu.Lock()
+		here := true
+		for _, id := range ids {
+			here = here && m.tasks[id] != nil
+		}
+		m.mu.Unlock()
+		if here {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.stop:
+			return
+		case <-m.cfg.clock.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -2,6 +2,7 @@ package asyncagents_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -175,7 +176,7 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 
 // H-4: a concurrency limit holds across Managers sharing a SlotStore, and queued tasks start
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
-// two Managers run at once.
+// two Managers run at once (busy sessions of the server).
 func TestSharedLimitH4(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
@@ -184,16 +185,9 @@ func TestSharedLimitH4(t *testing.T) {
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
-	managers := []*asyncagents.Manager{a, b}
-	running := func() (n int, ids []string) {
-		for _, m := range managers {
-			tasks, _ := m.List(caller, asyncagents.StatusRunning)
-			for _, task := range tasks {
-				n++
-				ids = append(ids, task.ID)
-			}
-		}
-		return n, ids
+	running := func() int { // the server's busy sessions
+		st, _ := f.SessionStatus(context.Background(), "")
+		return len(st)
 	}
 	stop := make(chan struct{})
 	var most atomic.Int64
@@ -206,7 +200,7 @@ func TestSharedLimitH4(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if n, _ := running(); int64(n) > most.Load() {
+			if n := running(); int64(n) > most.Load() {
 				most.Store(int64(n))
 			}
 		}
@@ -249,5 +243,77 @@ func TestSharedLimitH4(t *testing.T) {
 	}
 	if n := most.Load(); n > 2 {
 		t.Fatalf("%d tasks ran at once across the Managers, limit 2", n)
+	}
+}
+
+// H-5: every operation works from any host. B lists A's tasks; Output, Cancel and Resume
+// on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
+// brings back and removes the caller's tasks that B holds. Each run end is notified once.
+func TestAnyHostH5(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	ctx := t.Context()
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, launch(t, a, caller, fmt.Sprint("task ", i)).ID)
+	}
+	listed, err := b.List(caller, "")
+	if err != nil || len(listed) != 3 {
+		t.Fatalf("B lists %d of A's tasks (%v), want 3", len(listed), err)
+	}
+
+	// Output on B takes task 0 over.
+	out, err := b.Output(ctx, caller, ids[0], asyncagents.OutputOptions{})
+	if err != nil || out.Task.Status != asyncagents.StatusRunning {
+		t.Fatalf("Output on B of A's running task: %+v, %v", out.Task.Status, err)
+	}
+	if _, err := a.Get(ids[0]); !errors.Is(err, asyncagents.ErrTaskNotFound) {
+		t.Fatalf("A still has the task B took over: %v", err)
+	}
+	// Cancel on B takes task 1 over and cancels it.
+	cancelled, err := b.Cancel(ctx, caller, ids[1])
+	if err != nil || cancelled.Status != asyncagents.StatusCancelled {
+		t.Fatalf("Cancel on B of A's task: %+v, %v", cancelled.Status, err)
+	}
+	// Task 0 ends: B completes it; a blocking Output there returns it.
+	if err := f.Release(ids[0], opencodetest.Text("done 0")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = b.Output(ctx, caller, ids[0], asyncagents.OutputOptions{Block: true, Timeout: 10 * time.Second})
+	if err != nil || out.Task.Status != asyncagents.StatusCompleted {
+		t.Fatalf("blocking Output on B: %+v, %v", out.Task.Status, err)
+	}
+	// Task 2 ends on A.
+	if err := f.Release(ids[2], opencodetest.Text("done 2")); err != nil {
+		t.Fatal(err)
+	}
+	waitCompleted(t, a, ids[2:])
+	// Resume on A brings task 0 back.
+	resumed, err := a.Resume(ctx, caller, ids[0], "again")
+	if err != nil || resumed.Status != asyncagents.StatusResumed {
+		t.Fatalf("Resume on A of the task B holds: %+v, %v", resumed.Status, err)
+	}
+	if err := f.Release(ids[0], opencodetest.Text("done again")); err != nil {
+		t.Fatal(err)
+	}
+	waitCompleted(t, a, ids[:1])
+	waitNotifications(t, f, caller.SessionID, 4) // 0, 1 (cancelled), 2, and 0's second run
+	// Clear on B brings back every task of the caller A holds and removes them all.
+	res, err := b.Clear(ctx, caller)
+	if err != nil || res.Removed != 3 {
+		t.Fatalf("Clear on B: %+v, %v; want 3 removed", res, err)
+	}
+	for _, m := range []*asyncagents.Manager{a, b} {
+		if left, _ := m.List(caller, ""); len(left) != 0 {
+			t.Fatalf("tasks left after Clear: %d", len(left))
+		}
+	}
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != 4 {
+		t.Fatalf("parent has %d notifications, want 4 (one per run end)", len(got))
 	}
 }

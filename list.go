@@ -7,7 +7,9 @@ import (
 )
 
 // List returns the caller's tasks, newest first, with their DisplayID set; with a status,
-// only the tasks in it. Tasks of other parent sessions are never included. Errors:
+// only the tasks in it. Tasks of other parent sessions are never included. With a
+// [HandoffStore], the caller's tasks that other hosts hold are included, read from the
+// store (their DisplayID is their id). Errors:
 // [ErrInvalidInput] (an unknown status or an empty caller), [ErrClosed].
 func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
@@ -17,8 +19,8 @@ func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 		return nil, err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	var out []Task
@@ -27,23 +29,68 @@ func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 			out = append(out, m.viewLocked(e))
 		}
 	}
-	return out, nil
+	m.mu.Unlock()
+	return withRemote(out, m.remoteTasks(caller.SessionID), status), nil
+}
+
+// remoteTasks returns the stored tasks of parent ("" for all) that other hosts hold, read
+// from a HandoffStore (nil without one, or when the read fails: it is logged), with their
+// DisplayID set to their id.
+func (m *Manager) remoteTasks(parent string) []Task {
+	hs := m.handoffStore()
+	if hs == nil {
+		return nil
+	}
+	ctx, cancel := m.quickCtx()
+	defer cancel()
+	stored, err := hs.Tasks(ctx, parent)
+	if err != nil {
+		m.cfg.logger.Warn("asyncagents: read other hosts' tasks", "err", err)
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Task
+	for _, t := range stored {
+		if m.tasks[t.ID] == nil {
+			t.DisplayID = t.ID
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// withRemote adds the remote tasks in status ("" for all) to local and sorts them newest
+// first (OpenCode's session ids sort newest first).
+func withRemote(local, remote []Task, status Status) []Task {
+	if len(remote) == 0 {
+		return local
+	}
+	for _, t := range remote {
+		if status == "" || t.Status == status {
+			local = append(local, t)
+		}
+	}
+	sort.SliceStable(local, func(i, j int) bool { return local[i].ID < local[j].ID })
+	return local
 }
 
 // ListAll returns every task of the Manager, whatever its parent, newest first; with a
-// status, only the tasks in that status. Unlike [Manager.List] it is meant for the host (a
-// status page, a command line), not for a model. It returns [ErrInvalidInput] for an
+// status, only the tasks in that status; with a [HandoffStore], other hosts' tasks too. Unlike
+// [Manager.List] it is meant for the host (a status page, a command line), not for a model. It returns [ErrInvalidInput] for an
 // unknown status and [ErrClosed] after Close.
 func (m *Manager) ListAll(status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
 		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, ErrClosed
 	}
-	return m.allLocked(status), nil
+	out := m.allLocked(status)
+	m.mu.Unlock()
+	return withRemote(out, m.remoteTasks(""), status), nil
 }
 
 // allLocked returns the tasks in status ("" for all), newest first.

@@ -71,6 +71,7 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	if err != nil {
 		return Output{}, err
 	}
+	m.pull(ctx, caller, id)
 	m.mu.Lock()
 	e, err := m.lookupLocked(caller, id)
 	if err != nil {

@@ -26,7 +26,8 @@ type entry struct {
 	version uint64
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
-	lost    bool // its lease is another host's now (lease.go)
+	lost    bool // its lease is another host's now, or is being handed over (lease.go)
+	acting  int  // requests in flight that act on it under its lease (leaseCtx)
 
 	slot string // the concurrency limit whose slot the run holds ("" for none)
 	// aborting, set while the Manager aborts the run (Cancel, a watchdog), is how the run ends,

@@ -37,6 +37,7 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		return Task{}, err
 	}
 	defer m.ops.Done()
+	m.pull(ctx, caller, id)
 	m.mu.Lock()
 	e, err := m.lookupLocked(caller, id)
 	if err != nil {

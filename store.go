@@ -65,6 +65,26 @@ type SlotStore interface {
 	Release(ctx context.Context, ids ...string) error
 }
 
+// A HandoffStore is a [LeaseStore] whose tasks a Manager can read whoever holds them, and
+// ask to be handed over, so that every operation works on any host: [Manager.List] and
+// [Manager.ListAll] include the tasks other hosts hold, and [Manager.Output],
+// [Manager.Cancel], [Manager.Resume] and [Manager.Clear] on a task another host holds first
+// take it over (the holder stops acting on it and yields its lease, within about a second
+// and a half; a dead holder's lease first expires), then act on it here.
+type HandoffStore interface {
+	LeaseStore
+	// Tasks returns the stored tasks of parent session parent ("" for every task),
+	// whoever holds them.
+	Tasks(ctx context.Context, parent string) ([]Task, error)
+	// Want asks the holder of task id to hand it over to this store; this store's next
+	// Claim after the holder yields it (or its lease expires) takes it, before others.
+	Want(ctx context.Context, id string) error
+	// Wanted returns the ids of the tasks this store holds that another store wants.
+	Wanted(ctx context.Context) ([]string, error)
+	// Yield gives up this store's leases on tasks ids at once.
+	Yield(ctx context.Context, ids ...string) error
+}
+
 // MemoryStore is a [Store] in memory, the default: tasks live as long as the process.
 // The zero value is ready; it is safe for concurrent use.
 type MemoryStore struct {

@@ -56,6 +56,9 @@ const DefaultLease = 10 * time.Second
 // claimBatch bounds the tasks one Claim takes.
 const claimBatch = 500
 
+// wantedFirst is how long a task that a store wants is left to it after its lease ended.
+const wantedFirst = 5 * time.Second
+
 // ErrSchemaNewer is the error of [Open] when the database's schema is of a newer version of
 // this package than the running one.
 var ErrSchemaNewer = errors.New("pgstore: database schema is newer than this program")
@@ -90,7 +93,10 @@ type lease struct {
 	until time.Time // Holds is true before this instant (local clock)
 }
 
-var _ asyncagents.SlotStore = (*Store)(nil)
+var (
+	_ asyncagents.SlotStore    = (*Store)(nil)
+	_ asyncagents.HandoffStore = (*Store)(nil)
+)
 
 // Open connects to the database at url (a PostgreSQL URL or key=value string, as pgx
 // reads it), creates or migrates the schema, and returns the store. Errors: a bad url or
@@ -146,6 +152,7 @@ var migrations = []string{
 		granted boolean NOT NULL DEFAULT false
 	);
 	CREATE INDEX asyncagents_slots_key ON asyncagents_slots (key, granted, seq);`,
+	`ALTER TABLE asyncagents_tasks ADD COLUMN wanted_by text;`,
 }
 
 // migrateSchema brings the schema to len(migrations), refusing a newer one.
@@ -233,10 +240,12 @@ func (s *Store) Load(ctx context.Context) ([]asyncagents.Task, error) {
 	return all, nil
 }
 
-// Claim takes up to 500 tasks whose leases expired, oldest first, and returns them:
+// Claim takes up to 500 tasks whose leases expired, oldest first, and returns them. A task
+// another store wants ([Store.Want]) is left to that store for 5 s after its lease ended:
 //
-//	UPDATE asyncagents_tasks SET holder = $1, fence = fence + 1, lease_until = now() + $2
+//	UPDATE asyncagents_tasks SET holder = $1, fence = fence + 1, lease_until = now() + $2, wanted_by = NULL
 //	WHERE id IN (SELECT id FROM asyncagents_tasks WHERE lease_until < now()
+//	             AND (wanted_by IS NULL OR wanted_by = $1 OR lease_until < now() - '5 s')
 //	             ORDER BY started LIMIT 500 FOR UPDATE SKIP LOCKED)
 //	RETURNING fence, task
 func (s *Store) Claim(ctx context.Context) ([]asyncagents.Task, error) { return s.claim(ctx, nil) }
@@ -252,11 +261,13 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 	s.trips.Add(1)
 	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET holder = $1,
 			fence = CASE WHEN holder = $1 THEN fence ELSE fence + 1 END,
-			lease_until = now() + $2::interval
+			lease_until = now() + $2::interval,
+			wanted_by = NULL
 		WHERE id IN (SELECT id FROM asyncagents_tasks
-			WHERE (lease_until < now() OR ($4 AND holder = $1)) AND id <> ALL($5)
+			WHERE (lease_until < now() AND (wanted_by IS NULL OR wanted_by = $1 OR lease_until < now() - $6::interval)
+				OR ($4 AND holder = $1)) AND id <> ALL($5)
 			ORDER BY started LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip)
+		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip, wantedFirst)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)
 	}
@@ -468,6 +479,79 @@ func (s *Store) Release(ctx context.Context, ids ...string) error {
 	return nil
 }
 
+// Tasks returns the stored tasks of parent session parent, or every task for "", whoever
+// holds them, oldest first:
+//
+//	SELECT task FROM asyncagents_tasks WHERE $1 = '' OR parent = $1 ORDER BY started
+func (s *Store) Tasks(ctx context.Context, parent string) ([]asyncagents.Task, error) {
+	s.trips.Add(1)
+	rows, err := s.pool.Query(ctx, `SELECT task FROM asyncagents_tasks WHERE $1 = '' OR parent = $1 ORDER BY started`, parent)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, scanTask)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+// scanTask reads a row of one column, a task's JSON.
+func scanTask(row pgx.CollectableRow) (asyncagents.Task, error) {
+	var raw []byte
+	var t asyncagents.Task
+	if err := row.Scan(&raw); err != nil {
+		return t, err
+	}
+	return t, json.Unmarshal(raw, &t)
+}
+
+// Want asks the holder of task id to hand it over: the holder sees it in [Store.Wanted] and
+// yields it, and this store's next Claim takes it (others wait 5 s). It is also how a
+// task of a dead holder is taken first by the store that wants it. Errors: the query's.
+//
+//	UPDATE asyncagents_tasks SET wanted_by = $2 WHERE id = $1 AND holder <> $2
+func (s *Store) Want(ctx context.Context, id string) error {
+	s.trips.Add(1)
+	if _, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET wanted_by = $2 WHERE id = $1 AND holder <> $2`, id, s.holder); err != nil {
+		return fmt.Errorf("pgstore: want %s: %w", id, err)
+	}
+	return nil
+}
+
+// Wanted returns the ids of the tasks this store holds that another store wants:
+//
+//	SELECT id FROM asyncagents_tasks WHERE holder = $1 AND wanted_by <> $1
+func (s *Store) Wanted(ctx context.Context) ([]string, error) {
+	s.trips.Add(1)
+	rows, err := s.pool.Query(ctx, `SELECT id FROM asyncagents_tasks WHERE holder = $1 AND wanted_by <> $1`, s.holder)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: wanted: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: wanted: %w", err)
+	}
+	return ids, nil
+}
+
+// Yield gives up this store's leases on tasks ids at once (their leases end now), and
+// forgets them:
+//
+//	UPDATE asyncagents_tasks SET lease_until = now() WHERE id = ANY($1) AND holder = $2
+func (s *Store) Yield(ctx context.Context, ids ...string) error {
+	s.mu.Lock()
+	for _, id := range ids {
+		delete(s.held, id)
+	}
+	s.mu.Unlock()
+	s.trips.Add(1)
+	if _, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET lease_until = now() WHERE id = ANY($1) AND holder = $2`, ids, s.holder); err != nil {
+		return fmt.Errorf("pgstore: yield: %w", err)
+	}
+	return nil
+}
+
 // ReadTasks reads every task in the database at url, whoever holds it, without taking a
 // lease or changing anything (SELECT task FROM asyncagents_tasks ORDER BY started): for
 // tools that show the tasks. Errors: a bad url (matching [asyncagents.ErrInvalidInput]),
@@ -486,14 +570,7 @@ func ReadTasks(ctx context.Context, url string) ([]asyncagents.Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
 	}
-	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (asyncagents.Task, error) {
-		var raw []byte
-		var t asyncagents.Task
-		if err := row.Scan(&raw); err != nil {
-			return t, err
-		}
-		return t, json.Unmarshal(raw, &t)
-	})
+	tasks, err := pgx.CollectRows(rows, scanTask)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
 	}
