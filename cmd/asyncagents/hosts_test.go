@@ -158,8 +158,9 @@ func sampleBusy(t *testing.T, c *opencode.HTTPClient, parents map[string]string)
 // H-2, H-3, H-4 (issue 19): three serves share one PostgreSQL database in front of one
 // OpenCode server, with a limit of 20 tasks running at once. Six parents launch 30 tasks
 // through the three bridges (OpenCode → MCP → serve); one serve is SIGKILLed while the tasks
-// run. Every task ends completed, once, and each parent gets exactly one notification per
-// task: the dead serve's tasks are claimed and finished by the others. Sampled every 50 ms,
+// run, after one parent's model cancelled through one serve's bridge a task another serve
+// held. Every task ends once (completed, that one cancelled), and each parent gets exactly
+// one notification per task: the dead serve's tasks are claimed and finished by the others. Sampled every 50 ms,
 // no more than 20 task sessions are ever busy at once.
 func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	pg := pgstoretest.Start(t)
@@ -204,6 +205,18 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	if len(stored) != parents*perParent {
 		t.Fatalf("%d tasks stored, want %d", len(stored), parents*perParent)
 	}
+	// H-5: parent 0's model cancels, through h2's bridge, its task 1, launched through h1:
+	// h2 takes it over from h1 and cancels it.
+	var remote string
+	for _, task := range stored {
+		if task.ParentSessionID == ids[0] && task.Description == "task 1" {
+			remote = task.ID
+		}
+	}
+	part := callTool(t, c, ids[0], "h2_cancel", fmt.Sprintf(`{"task_id":%q}`, remote))
+	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "Cancelled task") {
+		t.Fatalf("h2_cancel of a task h1 holds: %s %q %s", part.State.Status, part.State.Output, part.State.Error)
+	}
 	running := heldRunning(t, db, hosts[0].cmd.Process.Pid)
 	if running == 0 {
 		t.Fatal("the serve to kill holds no running task: the tasks ended before the kill")
@@ -215,7 +228,11 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	if !testmain.Eventually(90*time.Second, func() bool {
 		all = storedTasks(t, db)
 		for _, task := range all {
-			if task.Status != asyncagents.StatusCompleted || len(task.Notifications) != 1 ||
+			want := asyncagents.StatusCompleted
+			if task.ID == remote {
+				want = asyncagents.StatusCancelled
+			}
+			if task.Status != want || len(task.Notifications) != 1 ||
 				task.Notifications[0].State != asyncagents.NotificationDelivered {
 				return false
 			}
