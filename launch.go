@@ -257,7 +257,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	}
 	e = &entry{done: make(chan struct{}), task: Task{
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
-		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Description: in.Description,
+		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.serverName(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
 		Started: m.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: depth,
 		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),

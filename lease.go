@@ -230,6 +230,9 @@ func (m *Manager) pull(ctx context.Context, caller Caller, id string) {
 	}
 	var ids []string
 	for _, t := range tasks {
+		if t.Server != m.serverName() {
+			continue // a host of its own server must act on it
+		}
 		if t.ID == id || strings.HasPrefix(t.ID, manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)) {
 			ids = append(ids, t.ID)
 		}
@@ -272,4 +275,13 @@ func (m *Manager) pullIDs(ctx context.Context, hs HandoffStore, ids []string) {
 		case <-m.cfg.clock.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// serverName returns the name of the Manager's OpenCode server that its LeaseStore gives
+// ("" without one).
+func (m *Manager) serverName() string {
+	if ls := m.leaseStore(); ls != nil {
+		return ls.Server()
+	}
+	return ""
 }

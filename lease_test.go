@@ -317,3 +317,62 @@ func TestAnyHostH5(t *testing.T) {
 		t.Fatalf("parent has %d notifications, want 4 (one per run end)", len(got))
 	}
 }
+
+// H-6: Managers in front of two OpenCode servers share one database; a task is claimed only
+// by a Manager of its own server. A's tasks (server one) outlive A; B (server two) never
+// claims them, and A2, a new Manager of server one, finishes and notifies them.
+func TestSeveralServersH6(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	one, two := fakeClient(t, opencodetest.WithHeldRuns()), fakeClient(t, opencodetest.WithHeldRuns())
+	open := func(server string) *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease, Server: server})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
+	a, err := asyncagents.New(one, asyncagents.WithStore(open("one")), poll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newManager(t, two, asyncagents.WithStore(open("two")), poll)
+	callerOne, callerTwo := fakeParent(t, one), fakeParent(t, two)
+	var ids []string
+	for i := range 2 {
+		task := launch(t, a, callerOne, fmt.Sprint("task ", i))
+		if task.Server != "one" {
+			t.Fatalf("task of server one records server %q", task.Server)
+		}
+		ids = append(ids, task.ID)
+	}
+	onTwo := launch(t, b, callerTwo, "task on two")
+	if err := a.Close(context.Background()); err != nil { // its leases expire
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := one.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := two.Release(onTwo.ID, opencodetest.Text("done on two")); err != nil {
+		t.Fatal(err)
+	}
+	waitCompleted(t, b, []string{onTwo.ID})
+	time.Sleep(2 * leaseTestLease)
+	for _, id := range ids {
+		if task, err := b.Get(id); err == nil {
+			t.Fatalf("server two's Manager claimed a task of server one: %s %s", task.ID, task.Status)
+		}
+	}
+	a2 := newManager(t, one, asyncagents.WithStore(open("one")), poll)
+	waitCompleted(t, a2, ids)
+	waitNotifications(t, one, callerOne.SessionID, len(ids))
+	waitNotifications(t, two, callerTwo.SessionID, 1)
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, one, callerOne.SessionID); len(got) != len(ids) {
+		t.Fatalf("server one's parent has %d notifications, want %d", len(got), len(ids))
+	}
+}

@@ -46,6 +46,10 @@ type LeaseStore interface {
 	Held(id string) time.Time
 	// LeaseDuration returns how long a lease lasts unrenewed.
 	LeaseDuration() time.Duration
+	// Server names the OpenCode server of the Managers on this store: it claims only the
+	// tasks of that server, and the Manager records it on the tasks it launches
+	// (Task.Server), so that Managers in front of several servers can share one database.
+	Server() string
 }
 
 // A SlotStore is a [LeaseStore] that also keeps the concurrency slots of [Limits], so that

@@ -67,6 +67,7 @@ type Task struct {
 	ParentMessageID string             `json:"parentMessageID,omitempty"`
 	ParentAgent     string             `json:"parentAgent,omitempty"`
 	Directory       string             `json:"directory,omitempty"` // the child session's project directory
+	Server          string             `json:"server,omitempty"`    // the OpenCode server it runs on, as its LeaseStore names it
 	Description     string             `json:"description"`
 	Prompt          string             `json:"prompt"`             // of the current run: the follow-up after a resume
 	PromptID        string             `json:"promptID,omitempty"` // the id of that prompt's message, chosen by the Manager

@@ -71,6 +71,10 @@ type Options struct {
 	// Holder names the store in the database's rows (for people reading them); a random
 	// suffix is added so that every Store is unique. Default: the host name and process id.
 	Holder string
+	// Server names the OpenCode server of the Manager on this store, for a database that
+	// Managers in front of several servers share: the store claims only the tasks of its
+	// server. Default "": one server. At most 200 bytes.
+	Server string
 }
 
 // Store is an [asyncagents.LeaseStore] on a PostgreSQL database. Create one with [Open],
@@ -79,6 +83,7 @@ type Options struct {
 type Store struct {
 	pool   *pgxpool.Pool
 	holder string
+	server string
 	lease  time.Duration
 
 	trips atomic.Int64 // round trips to the database
@@ -108,6 +113,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Lease < time.Second {
 		return nil, fmt.Errorf("%w: pgstore lease %v is under 1s", asyncagents.ErrInvalidInput, opts.Lease)
 	}
+	if len(opts.Server) > 200 {
+		return nil, fmt.Errorf("%w: pgstore server name of %d bytes (at most 200)", asyncagents.ErrInvalidInput, len(opts.Server))
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgstore: %v", asyncagents.ErrInvalidInput, err)
@@ -126,7 +134,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
-	return &Store{pool: pool, holder: opts.Holder + "-" + hex.EncodeToString(b), lease: opts.Lease,
+	return &Store{pool: pool, holder: opts.Holder + "-" + hex.EncodeToString(b), server: opts.Server, lease: opts.Lease,
 		held: map[string]lease{}}, nil
 }
 
@@ -153,6 +161,7 @@ var migrations = []string{
 	);
 	CREATE INDEX asyncagents_slots_key ON asyncagents_slots (key, granted, seq);`,
 	`ALTER TABLE asyncagents_tasks ADD COLUMN wanted_by text;`,
+	`ALTER TABLE asyncagents_tasks ADD COLUMN server text NOT NULL DEFAULT '';`,
 }
 
 // migrateSchema brings the schema to len(migrations), refusing a newer one.
@@ -212,6 +221,9 @@ func (s *Store) RoundTrips() int64 { return s.trips.Load() }
 // Holder returns the name of the store in the database's rows.
 func (s *Store) Holder() string { return s.holder }
 
+// Server returns the name of the OpenCode server whose tasks the store claims (Options.Server).
+func (s *Store) Server() string { return s.server }
+
 // LeaseDuration returns the lease duration.
 func (s *Store) LeaseDuration() time.Duration { return s.lease }
 
@@ -240,12 +252,14 @@ func (s *Store) Load(ctx context.Context) ([]asyncagents.Task, error) {
 	return all, nil
 }
 
-// Claim takes up to 500 tasks whose leases expired, oldest first, and returns them. A task
+// Claim takes up to 500 tasks of its server whose leases expired, oldest first, and returns
+// them. A task
 // another store wants ([Store.Want]) is left to that store for 5 s after its lease ended:
 //
 //	UPDATE asyncagents_tasks SET holder = $1, fence = fence + 1, lease_until = now() + $2, wanted_by = NULL
 //	WHERE id IN (SELECT id FROM asyncagents_tasks WHERE lease_until < now()
 //	             AND (wanted_by IS NULL OR wanted_by = $1 OR lease_until < now() - '5 s')
+//	             AND server = $server
 //	             ORDER BY started LIMIT 500 FOR UPDATE SKIP LOCKED)
 //	RETURNING fence, task
 func (s *Store) Claim(ctx context.Context) ([]asyncagents.Task, error) { return s.claim(ctx, nil) }
@@ -265,9 +279,9 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 			wanted_by = NULL
 		WHERE id IN (SELECT id FROM asyncagents_tasks
 			WHERE (lease_until < now() AND (wanted_by IS NULL OR wanted_by = $1 OR lease_until < now() - $6::interval)
-				OR ($4 AND holder = $1)) AND id <> ALL($5)
+				OR ($4 AND holder = $1)) AND id <> ALL($5) AND server = $7
 			ORDER BY started LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip, wantedFirst)
+		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip, wantedFirst, s.server)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)
 	}
@@ -372,13 +386,13 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 	var fence int64
 	s.trips.Add(1)
 	err = s.pool.QueryRow(ctx, `INSERT INTO asyncagents_tasks AS t
-			(id, parent, status, started, holder, fence, lease_until, task)
-		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7)
+			(id, parent, status, started, holder, fence, lease_until, task, server)
+		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7, $9)
 		ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, status = excluded.status,
 			started = excluded.started, task = excluded.task, lease_until = excluded.lease_until
 		WHERE t.holder = $5 AND t.fence = $8
 		RETURNING t.fence`,
-		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence).Scan(&fence)
+		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, t.Server).Scan(&fence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.mu.Lock()
 		delete(s.held, t.ID)

@@ -59,7 +59,8 @@ has no task running, or -wave-window after the last run end while some still run
 Several serves can share one PostgreSQL -store (postgres://…), on one machine or several,
 in front of one OpenCode server: each task is acted on by one serve at a time, under a lease
 it renews every third of -lease; the tasks of a serve that stops (or loses the database) are
-claimed by another once their leases expire.
+claimed by another once their leases expire. Serves in front of different OpenCode servers
+that share a database give each server a -server-name of its own.
 SIGINT or SIGTERM stops it: the Manager and the store are closed, tasks go on running on
 the server and are picked up by the next serve (with PostgreSQL, by another serve at once).
 The server's password comes from OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME,
@@ -84,6 +85,7 @@ type serveConfig struct {
 	notify                                                  asyncagents.NotifyPolicy
 	waveWindow                                              time.Duration
 	lease                                                   time.Duration
+	serverName                                              string
 	forkMode                                                string
 }
 
@@ -162,6 +164,8 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 	}
 	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"),
 		"the task store: a file, or a PostgreSQL URL (postgres://user@host/db; the password from PGPASSWORD or ~/.pgpass) shared by several serves")
+	fs.StringVar(&c.serverName, "server-name", "",
+		"with a PostgreSQL -store shared by serves in front of several OpenCode servers: the name of this one's (each serve claims only its server's tasks)")
 	fs.DurationVar(&c.lease, "lease", pgstore.DefaultLease, "with a PostgreSQL -store: how long a task's lease lasts unrenewed (another serve claims the tasks of one that stopped after it)")
 	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bridge's bearer token file (created when missing)")
 	fs.StringVar(&c.prefix, "prefix", asyncagents.DefaultToolPrefix, "the MCP server name and tool prefix: 1 to 40 letters, digits, _ or -")
@@ -358,7 +362,7 @@ func openStore(c serveConfig) (closingStore, error) {
 	if isPostgresURL(c.store) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return pgstore.Open(ctx, c.store, pgstore.Options{Lease: c.lease})
+		return pgstore.Open(ctx, c.store, pgstore.Options{Lease: c.lease, Server: c.serverName})
 	}
 	return asyncagents.NewFileStore(c.store)
 }
