@@ -364,7 +364,8 @@ func (s *Store) Held(id string) time.Time {
 }
 
 // Save inserts t with a new lease held by this store, or replaces the task when this store
-// holds its lease (and extends it):
+// holds its lease (and extends it); the row is marked with the store's server
+// (Options.Server), whose stores alone claim it:
 //
 //	INSERT INTO asyncagents_tasks (…) VALUES (…, holder = $1, fence = 1, lease_until = now() + lease)
 //	ON CONFLICT (id) DO UPDATE SET … WHERE holder = $1 AND fence = $fence RETURNING fence
@@ -392,7 +393,7 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 			started = excluded.started, task = excluded.task, lease_until = excluded.lease_until
 		WHERE t.holder = $5 AND t.fence = $8
 		RETURNING t.fence`,
-		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, t.Server).Scan(&fence)
+		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, s.server).Scan(&fence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.mu.Lock()
 		delete(s.held, t.ID)

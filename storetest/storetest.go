@@ -421,6 +421,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		ParentMessageID: fmt.Sprintf("msg_%d", n),
 		ParentAgent:     "build",
 		Directory:       "/home/dev/projekt-ü",
+		Server:          "opencode-eu-1",
 		Description:     fmt.Sprintf("find TODOs #%d", n),
 		Prompt:          "List the \"TODO\" comments\nin the files we read.",
 		PromptID:        fmt.Sprintf("msg_prompt_%d", n),

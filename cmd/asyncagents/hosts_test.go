@@ -114,7 +114,7 @@ func heldRunning(t *testing.T, url string, pid int) int {
 
 // The size of TestHostsShareTasksAndSurviveKillH2: parents, tasks of each, and the limit
 // of tasks running at once across the serves.
-const parents, perParent, maxRunning = 6, 5, 20
+const parents, perParent, maxRunning = 6, 10, 40
 
 // sampleBusy counts, every 50 ms until the test ends, the busy sessions of the server c that
 // are not parents, and returns a function giving the most seen at once.
@@ -156,12 +156,12 @@ func sampleBusy(t *testing.T, c *opencode.HTTPClient, parents map[string]string)
 }
 
 // H-2, H-3, H-4 (issue 19): three serves share one PostgreSQL database in front of one
-// OpenCode server, with a limit of 20 tasks running at once. Six parents launch 30 tasks
+// OpenCode server, with a limit of 40 tasks running at once. Six parents launch 60 tasks
 // through the three bridges (OpenCode → MCP → serve); one serve is SIGKILLed while the tasks
 // run, after one parent's model cancelled through one serve's bridge a task another serve
 // held. Every task ends once (completed, that one cancelled), and each parent gets exactly
-// one notification per task: the dead serve's tasks are claimed and finished by the others. Sampled every 50 ms,
-// no more than 20 task sessions are ever busy at once.
+// one notification per task: the dead serve's tasks are claimed and finished by the others.
+// Sampled every 50 ms, no more than 40 task sessions are ever busy at once.
 func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)

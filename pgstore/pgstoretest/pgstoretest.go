@@ -185,6 +185,7 @@ func (s *Server) stop(signal func(p *os.Process)) {
 		killGroup(s.cmd.Process)
 		<-s.exited
 	}
+	waitGroup(s.cmd.Process)
 	s.cmd, s.exited = nil, nil
 }
 
