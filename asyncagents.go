@@ -21,7 +21,8 @@ import (
 // read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
 // empty) and one notifier with up to 32 delivery workers, each posting up to 8 of one
 // parent's notifications at once (with 7 goroutines of its own); with a [LeaseStore], one
-// renewing and claiming leases, and with a [SlotStore] and limits, one granting slots; right
+// renewing and claiming leases (and, with a [HandoffStore], one short-lived goroutine per
+// task it hands over to another host), and with a [SlotStore] and limits, one granting slots; right
 // after New, one starting the stored queued tasks and one sending the stored follow-ups; with
 // [WithPermissionPolicy], one short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
 // package documentation says what a panic in one of them does.

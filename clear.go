@@ -55,11 +55,15 @@ func (m *Manager) Clear(ctx context.Context, caller Caller) (ClearResult, error)
 	}
 	if hs := m.handoffStore(); hs != nil { // the caller's tasks on other hosts first come here
 		if remote := m.remoteTasks(caller.SessionID); len(remote) > 0 {
-			ids := make([]string, len(remote))
-			for i, t := range remote {
-				ids[i] = t.ID
+			var ids []string
+			for _, t := range remote {
+				if t.Server == m.serverName() { // another server's hosts act on the others
+					ids = append(ids, t.ID)
+				}
 			}
-			m.pullIDs(ctx, hs, ids)
+			if len(ids) > 0 {
+				m.pullIDs(ctx, hs, ids)
+			}
 		}
 	}
 	return m.clear(ctx, func(parent string) bool { return parent == caller.SessionID })

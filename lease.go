@@ -47,17 +47,15 @@ func (m *Manager) leaseCtx(ctx context.Context, ids ...string) (context.Context,
 	for _, id := range ids {
 		until, ok := m.heldUntil(id)
 		e := m.tasks[id]
-		if !ok || e != nil && e.lost {
+		if !ok || e == nil || e.lost { // gone here (cleared, handed over): not ours to act on
 			for _, a := range acting {
 				a.acting--
 			}
 			m.mu.Unlock()
 			return nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
 		}
-		if e != nil {
-			e.acting++
-			acting = append(acting, e)
-		}
+		e.acting++
+		acting = append(acting, e)
 		if first.IsZero() || until.Before(first) {
 			first = until
 		}
@@ -103,7 +101,16 @@ func (m *Manager) leaseLoop() {
 				m.cfg.logger.Warn("asyncagents: tasks wanted by other hosts", "err", err)
 			}
 			for _, id := range wanted {
-				m.handOver(ctx, hs, id)
+				m.mu.Lock()
+				e := m.tasks[id]
+				handing := e != nil && !e.lost
+				if handing {
+					e.lost = true // stops new requests on it; handOver waits for the others
+				}
+				m.mu.Unlock()
+				if handing { // on a goroutine of its own: the renewals must go on meanwhile
+					m.spawn("handing a task over", func() { m.handOver(hs, e) })
+				}
 			}
 		}
 		claimed, err := ls.Claim(ctx)
@@ -166,18 +173,10 @@ func (m *Manager) handoffStore() HandoffStore {
 	return hs
 }
 
-// handOver gives task id to the host that wants it: the Manager stops acting on it, waits for
-// the requests in flight on it (each bounded by the lease), stores its newest record, forgets
-// it and yields its lease.
-func (m *Manager) handOver(ctx context.Context, hs HandoffStore, id string) {
-	m.mu.Lock()
-	e := m.tasks[id]
-	if e == nil {
-		m.mu.Unlock()
-		return
-	}
-	e.lost = true
-	m.mu.Unlock()
+// handOver gives task e, marked lost, to the host that wants it: it waits for the requests in
+// flight on it (each bounded by the lease), stores its newest record, forgets it and yields
+// its lease.
+func (m *Manager) handOver(hs HandoffStore, e *entry) {
 	for {
 		m.mu.Lock()
 		n := e.acting
@@ -194,10 +193,13 @@ func (m *Manager) handOver(ctx context.Context, hs HandoffStore, id string) {
 	}
 	e.saveMu.Lock()
 	m.mu.Lock()
-	start := m.removeLocked(e) // no save after this one
+	id := e.task.ID
+	start := m.removeLocked(e) // no save after this one: persist now says ErrLeaseLost
 	m.mu.Unlock()
 	e.saveMu.Unlock()
 	m.startQueued(start)
+	ctx, cancel := m.requestCtx()
+	defer cancel()
 	if err := hs.Yield(ctx, id); err != nil {
 		m.cfg.logger.Warn("asyncagents: yield a task's lease", "task", id, "err", err)
 	}

@@ -376,3 +376,79 @@ func TestSeveralServersH6(t *testing.T) {
 		t.Fatalf("server one's parent has %d notifications, want %d", len(got), len(ids))
 	}
 }
+
+// H-2: tasks launched while the lease loop renews are kept by the Manager that launched
+// them (a Renew finds lost only what was held before it started), and each is notified once.
+func TestLaunchDuringRenewH2(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := newManager(t, f, asyncagents.WithStore(st), asyncagents.WithPollInterval(200*time.Millisecond),
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	var ids []string
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
+		ids = append(ids, launch(t, m, caller, fmt.Sprint("task ", len(ids))).ID)
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	for _, id := range ids {
+		if _, err := m.Get(id); err != nil {
+			t.Fatalf("task %s dropped by the Manager that launched it (no other host): %v", id, err)
+		}
+		if err := f.Release(id, opencodetest.Text("done")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCompleted(t, m, ids)
+	waitNotifications(t, f, caller.SessionID, len(ids))
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
+	}
+}
+
+// failingRelease is a pgstore whose Release fails, as during a short database outage.
+type failingRelease struct{ *pgstore.Store }
+
+func (failingRelease) Release(context.Context, ...string) error {
+	return errors.New("connection reset")
+}
+
+// H-4: a host that stops after storing a task's end but before giving its slot back (its
+// Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
+// end gave it back.
+func TestSlotFreedWhenHostStopsH4(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
+	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
+	sa := openPG(t, url)
+	a, err := asyncagents.New(f, asyncagents.WithStore(failingRelease{sa}), limits, poll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := launch(t, a, caller, "x")
+	if err := f.Release(x.ID, opencodetest.Text("done")); err != nil {
+		t.Fatal(err)
+	}
+	waitCompleted(t, a, []string{x.ID})
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sa.Close()
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, poll)
+	waitCompleted(t, b, []string{x.ID})
+	y := launch(t, b, caller, "y")
+	waitFor(t, 5*time.Second, func() bool {
+		task, err := b.Get(y.ID)
+		return err == nil && task.Status == asyncagents.StatusRunning
+	})
+}

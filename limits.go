@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Limits bounds how many tasks run at once. A task counts against the limit of its model
@@ -67,8 +68,9 @@ type slots struct {
 	// With a SlotStore (shared.go), the store grants the slots: release holds the tasks
 	// whose slots (or places in a queue) are yet to be given back to it, and wake asks the
 	// granting loop for a pass.
-	release []string
-	wake    chan struct{}
+	release  []string
+	wake     chan struct{}
+	granting sync.Mutex // one grantSlots at a time (its own lock, never under Manager.mu)
 }
 
 // slotLocked decides whether e may start now: it takes a slot of e's limit and reports
@@ -157,7 +159,7 @@ func (m *Manager) startQueued(start []*entry) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), m.cfg.requestTimeout)
 		err := m.sendPrompt(ctx, e, rc)
 		cancel()
-		if err != nil {
+		if err != nil && !lostLease(err) { // a lost lease: its holder sends it
 			m.failLaunch(e, rc, fmt.Errorf("asyncagents: send prompt of a queued task: %w", err))
 		}
 	}

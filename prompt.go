@@ -115,7 +115,7 @@ func (m *Manager) unsent(e *entry, rc int) {
 	m.cfg.logger.Warn("asyncagents: the server does not have the prompt; sending it again", "task", t.ID)
 	ctx, cancel := m.requestCtx()
 	defer cancel()
-	if err := m.sendPrompt(ctx, e, rc); err != nil {
+	if err := m.sendPrompt(ctx, e, rc); err != nil && !lostLease(err) { // a lost lease: its holder decides
 		m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: send prompt again: %v", err))
 	}
 }

@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,10 @@ func (m *Manager) persist(e *entry) error {
 	e.saveMu.Lock()
 	defer e.saveMu.Unlock()
 	m.mu.Lock()
+	if e.removed && e.lost && e.saved != e.version { // handed over: its new holder decides
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrLeaseLost, e.task.ID)
+	}
 	if e.removed || e.saved == e.version {
 		m.mu.Unlock()
 		return nil

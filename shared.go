@@ -48,6 +48,12 @@ func (m *Manager) grantLoop() {
 // tasks queued here, which of them may start, and starts those.
 func (m *Manager) grantSlots(ctx context.Context) {
 	ss := m.slotStore()
+	var start []*entry
+	defer func() { m.startQueued(start) }()
+	// One at a time: another's snapshot could queue again in the store a task this one has
+	// just released.
+	m.slots.granting.Lock()
+	defer m.slots.granting.Unlock()
 	m.mu.Lock()
 	release := m.slots.release
 	m.slots.release = nil
@@ -67,7 +73,6 @@ func (m *Manager) grantSlots(ctx context.Context) {
 			m.mu.Unlock()
 		}
 	}
-	var start []*entry
 	for _, key := range slices.Sorted(maps.Keys(waiting)) {
 		granted, err := ss.Slots(ctx, key, limit[key], waiting[key])
 		if err != nil {
@@ -90,5 +95,4 @@ func (m *Manager) grantSlots(ctx context.Context) {
 		}
 		m.mu.Unlock()
 	}
-	m.startQueued(start)
 }

@@ -60,15 +60,7 @@ type turnAsk struct {
 	prev  string          // the prompt an earlier attempt posted
 	agent string
 	text  string
-}
-
-// tasks returns the ids of the tasks whose notifications the turn is asked for.
-func (a turnAsk) tasks() []string {
-	ids := make([]string, len(a.refs))
-	for i, r := range a.refs {
-		ids[i] = r.task
-	}
-	return ids
+	tasks []string // the tasks of refs the Manager still has (the prompt acts under their leases)
 }
 
 // askTurn makes one attempt at parent's owed turn, for the worker that has the parent: it
@@ -187,6 +179,7 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 		if !seen[r.task] {
 			seen[r.task] = true
 			ended = append(ended, m.reg.DisplayID(r.task))
+			a.tasks = append(a.tasks, r.task)
 		}
 	}
 	for _, id := range m.reg.Tasks(parent) {
@@ -231,7 +224,7 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk) 
 		}
 		return errors.Join(errs...)
 	}, func(id string) (bool, error) {
-		ctx, cancel, err := m.leaseCtx(ctx, a.tasks()...)
+		ctx, cancel, err := m.leaseCtx(ctx, a.tasks...)
 		if err != nil {
 			return false, err
 		}

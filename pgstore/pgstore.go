@@ -319,6 +319,14 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 //
 //	UPDATE asyncagents_tasks SET lease_until = now() + $2 WHERE holder = $1 RETURNING id, fence
 func (s *Store) Renew(ctx context.Context) ([]string, error) {
+	// Only what was held before the statement can be found lost by it: a task saved or
+	// claimed while it runs is not in its result, and is held all the same.
+	s.mu.Lock()
+	before := make(map[string]int64, len(s.held))
+	for id, l := range s.held {
+		before[id] = l.fence
+	}
+	s.mu.Unlock()
 	start := time.Now()
 	s.trips.Add(1)
 	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET lease_until = now() + $2::interval
@@ -342,9 +350,13 @@ func (s *Store) Renew(ctx context.Context) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var lost []string
-	for id, l := range s.held {
-		if f, ok := renewed[id]; ok && f == l.fence {
-			s.held[id] = lease{fence: l.fence, until: s.valid(start)}
+	for id, fence := range before {
+		l, ok := s.held[id]
+		if !ok || l.fence != fence {
+			continue // deleted, yielded or claimed again meanwhile: not this statement's to judge
+		}
+		if f, ok := renewed[id]; ok && f == fence {
+			s.held[id] = lease{fence: fence, until: later(l.until, s.valid(start))}
 			continue
 		}
 		lost = append(lost, id)
@@ -352,6 +364,14 @@ func (s *Store) Renew(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(lost)
 	return lost, nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Held returns until when the store holds task id's lease by the local clock (two thirds of
@@ -365,10 +385,13 @@ func (s *Store) Held(id string) time.Time {
 
 // Save inserts t with a new lease held by this store, or replaces the task when this store
 // holds its lease (and extends it); the row is marked with the store's server
-// (Options.Server), whose stores alone claim it:
+// (Options.Server), whose stores alone claim it. The save of an ended task gives back its
+// concurrency slot in the same statement, so no slot outlives its run:
 //
-//	INSERT INTO asyncagents_tasks (…) VALUES (…, holder = $1, fence = 1, lease_until = now() + lease)
-//	ON CONFLICT (id) DO UPDATE SET … WHERE holder = $1 AND fence = $fence RETURNING fence
+//	WITH saved AS (INSERT INTO asyncagents_tasks (…) VALUES (…, holder = $1, fence = 1, lease_until = now() + lease)
+//	               ON CONFLICT (id) DO UPDATE SET … WHERE holder = $1 AND fence = $fence RETURNING fence),
+//	     freed AS (DELETE FROM asyncagents_slots WHERE task = $id AND $ended AND EXISTS (SELECT 1 FROM saved))
+//	SELECT fence FROM saved
 //
 // It returns an error matching [asyncagents.ErrLeaseLost] when the task exists and this
 // store does not hold its lease; nothing is changed then.
@@ -386,14 +409,18 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 	start := time.Now()
 	var fence int64
 	s.trips.Add(1)
-	err = s.pool.QueryRow(ctx, `INSERT INTO asyncagents_tasks AS t
-			(id, parent, status, started, holder, fence, lease_until, task, server)
-		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7, $9)
-		ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, status = excluded.status,
-			started = excluded.started, task = excluded.task, lease_until = excluded.lease_until
-		WHERE t.holder = $5 AND t.fence = $8
-		RETURNING t.fence`,
-		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, s.server).Scan(&fence)
+	err = s.pool.QueryRow(ctx, `WITH saved AS (
+			INSERT INTO asyncagents_tasks AS t
+				(id, parent, status, started, holder, fence, lease_until, task, server)
+			VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7, $9)
+			ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, status = excluded.status,
+				started = excluded.started, task = excluded.task, lease_until = excluded.lease_until
+			WHERE t.holder = $5 AND t.fence = $8
+			RETURNING t.fence),
+		freed AS (DELETE FROM asyncagents_slots WHERE task = $1 AND $10 AND EXISTS (SELECT 1 FROM saved))
+		SELECT fence FROM saved`,
+		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, s.server,
+		t.Status.Terminal()).Scan(&fence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.mu.Lock()
 		delete(s.held, t.ID)
@@ -550,10 +577,10 @@ func (s *Store) Wanted(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Yield gives up this store's leases on tasks ids at once (their leases end now), and
-// forgets them:
+// Yield gives up this store's leases on tasks ids at once (their leases end now and they
+// have no holder, so no renewal or save of this store touches them again), and forgets them:
 //
-//	UPDATE asyncagents_tasks SET lease_until = now() WHERE id = ANY($1) AND holder = $2
+//	UPDATE asyncagents_tasks SET holder = '', lease_until = now() WHERE id = ANY($1) AND holder = $2
 func (s *Store) Yield(ctx context.Context, ids ...string) error {
 	s.mu.Lock()
 	for _, id := range ids {
@@ -561,7 +588,7 @@ func (s *Store) Yield(ctx context.Context, ids ...string) error {
 	}
 	s.mu.Unlock()
 	s.trips.Add(1)
-	if _, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET lease_until = now() WHERE id = ANY($1) AND holder = $2`, ids, s.holder); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET holder = '', lease_until = now() WHERE id = ANY($1) AND holder = $2`, ids, s.holder); err != nil {
 		return fmt.Errorf("pgstore: yield: %w", err)
 	}
 	return nil

@@ -3,7 +3,9 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,5 +204,85 @@ func TestSlots(t *testing.T) {
 	}
 	if got := slots(a, "ses_a2"); !slices.Equal(got, []string{"ses_a2"}) {
 		t.Fatalf("a2 after b1's delete: %v", got)
+	}
+}
+
+// TestYieldIsFinal: a yielded lease is not renewed by the store that yielded it, so the
+// store that wants the task claims it (H-5).
+func TestYieldIsFinal(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a, b := open(t, url, time.Second), open(t, url, time.Second)
+	if err := a.Save(ctx, task("ses_1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Want(ctx, "ses_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Yield(ctx, "ses_1"); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := a.Renew(ctx); err != nil || len(lost) != 0 { // a's regular renewal, before b claims
+		t.Fatalf("a renews after yielding: lost %v, %v", lost, err)
+	}
+	if err := a.Save(ctx, task("ses_1")); !errors.Is(err, asyncagents.ErrLeaseLost) {
+		t.Fatalf("a saves a yielded task: %v, want ErrLeaseLost", err)
+	}
+	if got, err := b.Claim(ctx); err != nil || len(got) != 1 {
+		t.Fatalf("b claims the yielded task: %v, %v", got, err)
+	}
+}
+
+// TestRenewRacesSave: a task saved while a Renew runs is held, not reported lost by it.
+func TestRenewRacesSave(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a := open(t, url, 10*time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := a.Save(ctx, task(fmt.Sprintf("ses_%06d", i))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		lost, err := a.Renew(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lost) > 0 {
+			t.Fatalf("Renew reported %v lost, though no other store exists", lost)
+		}
+	}
+}
+
+// TestEndedSaveFreesSlot: the save of an ended task gives its slot back, even when the
+// Manager never gets to Release it (H-4).
+func TestEndedSaveFreesSlot(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	ctx := t.Context()
+	a := open(t, url, 0)
+	if got, err := a.Slots(ctx, "default", 1, []string{"ses_1", "ses_2"}); err != nil || !slices.Equal(got, []string{"ses_1"}) {
+		t.Fatalf("slots: %v, %v", got, err)
+	}
+	ended := task("ses_1")
+	ended.Status = asyncagents.StatusCompleted
+	if err := a.Save(ctx, ended); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Slots(ctx, "default", 1, []string{"ses_2"}); err != nil || !slices.Equal(got, []string{"ses_2"}) {
+		t.Fatalf("slots after ses_1 ended: %v, %v; want [ses_2]", got, err)
 	}
 }

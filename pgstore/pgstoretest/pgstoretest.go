@@ -110,13 +110,27 @@ func (s *Server) init() error {
 
 // Start starts the server again after [Server.Stop] or [Server.Kill], on the same port with
 // the same data; it waits until the server accepts connections. Start of a running server
-// does nothing.
+// does nothing. After a Kill, the killed server's backends (each in a process group of its
+// own) may outlive it a moment, holding its shared memory: Start tries again for up to 10 s
+// while PostgreSQL refuses to start for that.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
 		return nil
 	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err = s.startLocked()
+		if err == nil || !strings.Contains(err.Error(), "pre-existing shared memory block") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startLocked makes one attempt at Start.
+func (s *Server) startLocked() error {
 	if s.port == 0 {
 		p, err := freePort()
 		if err != nil {
@@ -168,8 +182,9 @@ func (s *Server) Start() error {
 // waits for it to exit.
 func (s *Server) Stop() { s.stop(interrupt) }
 
-// Kill ends the server and its backends at once (SIGKILL to its process group), as a crash
-// would, and waits for it to exit. [Server.Start] then recovers the data.
+// Kill ends the server at once (SIGKILL to the postmaster's process group), as a crash
+// would, and waits for it to exit; its backends, each in a process group of its own, end
+// when they see it gone. [Server.Start] then recovers the data.
 func (s *Server) Kill() { s.stop(killGroup) }
 
 func (s *Server) stop(signal func(p *os.Process)) {
@@ -185,7 +200,6 @@ func (s *Server) stop(signal func(p *os.Process)) {
 		killGroup(s.cmd.Process)
 		<-s.exited
 	}
-	waitGroup(s.cmd.Process)
 	s.cmd, s.exited = nil, nil
 }
 

@@ -19,4 +19,3 @@ func (u *runAs) own(string) error { return nil }
 func interrupt(p *os.Process)     { p.Kill() }
 func quit(p *os.Process)          { p.Kill() }
 func killGroup(p *os.Process)     { p.Kill() }
-func waitGroup(*os.Process)       {}

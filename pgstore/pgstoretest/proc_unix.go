@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"strconv"
 	"syscall"
-	"time"
 )
 
 // runAs is the user the server runs as: nil for this process's own.
@@ -49,15 +48,3 @@ func (u *runAs) own(path string) error {
 func interrupt(p *os.Process) { p.Signal(syscall.SIGINT) }
 func quit(p *os.Process)      { p.Signal(syscall.SIGQUIT) }
 func killGroup(p *os.Process) { syscall.Kill(-p.Pid, syscall.SIGKILL) }
-
-// waitGroup waits, up to 10 s, until no process of p's group is left: the backends of a
-// killed postmaster may outlive it a moment, holding its shared memory, which a new
-// postmaster on the same data refuses to start beside.
-func waitGroup(p *os.Process) {
-	for range 1000 {
-		if syscall.Kill(-p.Pid, 0) != nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
