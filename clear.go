@@ -119,7 +119,9 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 // tasks that can start in the slot it freed (see startQueued).
 func (m *Manager) removeLocked(e *entry) []*entry {
 	id := e.task.ID
-	m.publishLocked(e, true)
+	if !e.lost { // a task another host holds now is not removed: the feed shows it from there
+		m.publishLocked(e, true)
+	}
 	delete(m.tasks, id)
 	delete(m.recon.rq, id)
 	m.dropMirrorLocked(e)

@@ -113,6 +113,9 @@ func (m *Manager) leaseLoop() {
 				}
 			}
 		}
+		if hs := m.handoffStore(); hs != nil {
+			m.watchRemote(ctx, hs)
+		}
 		claimed, err := ls.Claim(ctx)
 		cancel()
 		if err != nil {

@@ -452,3 +452,50 @@ func TestSlotFreedWhenHostStopsH4(t *testing.T) {
 		return err == nil && task.Status == asyncagents.StatusRunning
 	})
 }
+
+// H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
+// cleared.
+func TestRemoteChangeFeedH5(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
+	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
+	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
+	before := launch(t, a, caller, "before")
+	sub, tasks, err := b.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if len(tasks) != 1 || tasks[0].ID != before.ID {
+		t.Fatalf("Subscribe on B lists %d tasks, want A's one", len(tasks))
+	}
+	next := func(what string, ok func(asyncagents.Change) bool) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case c := <-sub.Changes():
+				if ok(c) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("B's subscriber did not see %s", what)
+			}
+		}
+	}
+	task := launch(t, a, caller, "after")
+	next("A's new task", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && !c.Removed })
+	if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
+		t.Fatal(err)
+	}
+	next("A's task completed", func(c asyncagents.Change) bool {
+		return c.Task.ID == task.ID && c.Task.Status == asyncagents.StatusCompleted
+	})
+	if _, err := a.Clear(t.Context(), caller); err != nil {
+		t.Fatal(err)
+	}
+	next("A's task removed", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && c.Removed })
+}

@@ -24,7 +24,8 @@ type Change struct {
 
 // Subscription receives the changes of a Manager's tasks: a new task, a status change, a
 // counted tool call, a permission request or answer, a follow-up, a notification's
-// progress, a removal. Create one with [Manager.Subscribe]; it is safe for concurrent use.
+// progress, a removal. With a [HandoffStore] it also receives the changes of the tasks other
+// hosts hold, as the store has them, read every second while someone subscribes. Create one with [Manager.Subscribe]; it is safe for concurrent use.
 type Subscription struct {
 	m   *Manager
 	c   chan Change
@@ -51,7 +52,8 @@ func (s *Subscription) Close() {
 	s.m.endSubLocked(s, nil)
 }
 
-// Subscribe returns every task of the Manager as it is at this moment, newest first, and a
+// Subscribe returns every task of the Manager (with a [HandoffStore], other hosts' tasks
+// too) as it is at this moment, newest first, and a
 // subscription to every change from this moment on. buffer is how many changes the
 // subscription holds before its reader takes them (0: [DefaultSubscriptionBuffer]; at most
 // [MaxSubscriptionBuffer]). The Manager never waits for a reader: one that falls a whole
@@ -64,6 +66,7 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 	if buffer == 0 {
 		buffer = DefaultSubscriptionBuffer
 	}
+	remote := m.remoteTasks("")
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -74,14 +77,18 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 		m.feed.subs = map[*Subscription]struct{}{}
 	}
 	m.feed.subs[s] = struct{}{}
-	return s, m.allLocked(""), nil
+	if m.feed.remote == nil && m.handoffStore() != nil { // what later reads are compared with
+		m.feed.remote = m.remoteSeenLocked(remote, false)
+	}
+	return s, withRemote(m.allLocked(""), remote, ""), nil
 }
 
 // feed is the part of the Manager behind Subscribe: the number of changes so far
 // (Change.Seq) and the live subscriptions. Under Manager.mu.
 type feed struct {
-	seq  uint64
-	subs map[*Subscription]struct{}
+	seq    uint64
+	subs   map[*Subscription]struct{}
+	remote map[string]remoteSeen // other hosts' tasks as last published (remotefeed.go)
 }
 
 // changedLocked records a change of e: a new version to save, and a Change for the
@@ -94,11 +101,18 @@ func (m *Manager) changedLocked(e *entry) {
 // publishLocked sends the current state of e to every subscriber that has room, and drops
 // those that have none.
 func (m *Manager) publishLocked(e *entry, removed bool) {
-	m.feed.seq++
 	if len(m.feed.subs) == 0 {
+		m.feed.seq++
 		return
 	}
-	c := Change{Seq: m.feed.seq, Task: m.viewLocked(e), Removed: removed}
+	m.publishTaskLocked(m.viewLocked(e), removed)
+}
+
+// publishTaskLocked sends a change of task t to every subscriber that has room, and drops
+// those that have none.
+func (m *Manager) publishTaskLocked(t Task, removed bool) {
+	m.feed.seq++
+	c := Change{Seq: m.feed.seq, Task: t, Removed: removed}
 	for s := range m.feed.subs {
 		select {
 		case s.c <- c:

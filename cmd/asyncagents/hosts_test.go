@@ -205,13 +205,19 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 	if len(stored) != parents*perParent {
 		t.Fatalf("%d tasks stored, want %d", len(stored), parents*perParent)
 	}
-	// H-5: parent 0's model cancels, through h2's bridge, its task 1, launched through h1:
-	// h2 takes it over from h1 and cancels it.
+	// H-5: parent 0's model cancels, through h2's bridge, its newest task launched through h1
+	// that has not ended: h2 takes it over from h1 and cancels it.
 	var remote string
-	for _, task := range stored {
-		if task.ParentSessionID == ids[0] && task.Description == "task 1" {
-			remote = task.ID
+	for i := perParent - 1; i >= 0 && remote == ""; i-- {
+		for _, task := range stored {
+			if i%len(hosts) == 1 && task.ParentSessionID == ids[0] && task.Description == fmt.Sprint("task ", i) &&
+				!task.Status.Terminal() {
+				remote = task.ID
+			}
 		}
+	}
+	if remote == "" {
+		t.Fatal("parent 0 has no task launched through h1 that has not ended")
 	}
 	part := callTool(t, c, ids[0], "h2_cancel", fmt.Sprintf(`{"task_id":%q}`, remote))
 	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "Cancelled task") {
