@@ -141,25 +141,38 @@ func freeAddr(t *testing.T) string {
 }
 
 // callTool has the parent's scripted model call a tool through OpenCode and returns the
-// tool part.
+// tool part. A notification posted into the parent while its turn runs can take that turn
+// over (OpenCode answers the newest user message, so the model does not see the request):
+// when no new call of the tool is in the parent, it asks again, up to 3 times.
 func callTool(t *testing.T, c *opencode.HTTPClient, parent, name, args string) opencode.Part {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("TOOL:" + name + " " + args)}}); err != nil {
-		t.Fatal(err)
-	}
-	// The call's messages, and after them maybe notifications, the prompt asking for the
-	// parent's turn and the reply to it: the newest call of the tool is this one.
-	msgs, err := c.Messages(ctx, parent, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := len(msgs) - 1; i >= 0; i-- {
-		for _, p := range msgs[i].Parts {
-			if p.Type == opencode.PartTool && p.Tool == name && p.State != nil {
-				return p
+	calls := func() []opencode.Part { // the parent's calls of the tool, newest first
+		msgs, err := c.Messages(ctx, parent, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []opencode.Part
+		for i := len(msgs) - 1; i >= 0; i-- {
+			for _, p := range msgs[i].Parts {
+				if p.Type == opencode.PartTool && p.Tool == name && p.State != nil {
+					out = append(out, p)
+				}
 			}
+		}
+		return out
+	}
+	before := map[string]bool{}
+	for _, p := range calls() {
+		before[p.ID] = true
+	}
+	for range 3 {
+		if _, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("TOOL:" + name + " " + args)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := calls(); len(got) > 0 && !before[got[0].ID] {
+			return got[0]
 		}
 	}
 	t.Fatalf("the model did not call %s", name)
