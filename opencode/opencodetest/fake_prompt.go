@@ -22,12 +22,13 @@ func (f *FakeClient) Prompt(ctx context.Context, sessionID string, req opencode.
 		return nil, err
 	}
 	s, user, err := f.prompt(path, sessionID, req, true)
-	if err != nil || req.NoReply {
+	if err != nil {
 		f.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		m := user.message()
+		return nil, err
+	}
+	if req.NoReply {
+		m := user.message() // under f.mu: a running loop may take it as its step's user message and change it
+		f.mu.Unlock()
 		return &m, nil
 	}
 	done := make(chan promptResult, 1)
