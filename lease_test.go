@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
 	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
@@ -29,6 +30,16 @@ func openPG(t *testing.T, url string) *pgstore.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// settledNotifications waits a lease (a duplicate posted by a host that lost a task would
+// come within it) and fails t unless parent holds exactly want notifications.
+func settledNotifications(t *testing.T, c opencode.Client, parent string, want int) {
+	t.Helper()
+	time.Sleep(leaseTestLease)
+	if got := notifications(t, c, parent); len(got) != want {
+		t.Fatalf("parent has %d notifications, want %d (one per run end)", len(got), want)
+	}
 }
 
 // waitCompleted waits until m has every task of ids completed.
@@ -71,10 +82,7 @@ func TestLeaseTakeoverH2(t *testing.T) {
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	waitCompleted(t, b, ids)
 	waitNotifications(t, f, caller.SessionID, len(ids))
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
-		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
-	}
+	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
 // H-2: a Manager cut off from the database stops acting on its tasks before their leases
@@ -114,10 +122,7 @@ func TestLeaseCutOffH2(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
-		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
-	}
+	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
 // viaProxy returns url (a database of srv) through proxy.
@@ -147,10 +152,7 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 		}
 	}
 	waitCompleted(t, m, ids)
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != 0 {
-		t.Fatalf("%d notifications posted while their ids could not be stored", len(got))
-	}
+	settledNotifications(t, f, caller.SessionID, 0)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +170,7 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
-		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
-	}
+	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
 // H-4: a concurrency limit holds across Managers sharing a SlotStore, and queued tasks start
@@ -312,10 +311,7 @@ func TestAnyHostH5(t *testing.T) {
 			t.Fatalf("tasks left after Clear: %d", len(left))
 		}
 	}
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != 4 {
-		t.Fatalf("parent has %d notifications, want 4 (one per run end)", len(got))
-	}
+	settledNotifications(t, f, caller.SessionID, 4)
 }
 
 // H-6: Managers in front of two OpenCode servers share one database; a task is claimed only
@@ -371,10 +367,7 @@ func TestSeveralServersH6(t *testing.T) {
 	waitCompleted(t, a2, ids)
 	waitNotifications(t, one, callerOne.SessionID, len(ids))
 	waitNotifications(t, two, callerTwo.SessionID, 1)
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, one, callerOne.SessionID); len(got) != len(ids) {
-		t.Fatalf("server one's parent has %d notifications, want %d", len(got), len(ids))
-	}
+	settledNotifications(t, one, callerOne.SessionID, len(ids))
 }
 
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
@@ -407,10 +400,7 @@ func TestLaunchDuringRenewH2(t *testing.T) {
 	}
 	waitCompleted(t, m, ids)
 	waitNotifications(t, f, caller.SessionID, len(ids))
-	time.Sleep(leaseTestLease)
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
-		t.Fatalf("parent has %d notifications, want %d (one per task)", len(got), len(ids))
-	}
+	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
 // failingRelease is a pgstore whose Release fails, as during a short database outage.

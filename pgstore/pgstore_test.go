@@ -55,8 +55,8 @@ func task(id string) asyncagents.Task {
 }
 
 // TestLeases: a store holds what it saves; another claims it only after the lease expires,
-// with a new fence; the first then loses it on Renew and on Save, and Holds turns false
-// (H-2).
+// with a new fence; the first then loses it on Renew and on Save, and Held ends before
+// the lease can expire (H-2).
 func TestLeases(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
