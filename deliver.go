@@ -296,12 +296,14 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 		return true
 	}
 	n, agent := *note, e.task.ParentAgent
+	e.acting++ // a handover stores the task once the outcome below is set on it
 	m.mu.Unlock()
 
 	confirmed, err := m.attemptSafely(ctx, e, parent, agent, n)
 
 	m.mu.Lock()
 	defer func() {
+		e.acting--
 		m.changedLocked(e)
 		m.mu.Unlock()
 		m.persist(e)

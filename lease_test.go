@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -488,4 +489,52 @@ func TestRemoteChangeFeedH5(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("A's task removed", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && c.Removed })
+}
+
+// slowPrompts delays each prompt_async by its duration before passing it on.
+type slowPrompts struct {
+	opencode.Client
+	d time.Duration
+}
+
+func (c slowPrompts) PromptAsync(ctx context.Context, session string, req opencode.PromptRequest) error {
+	time.Sleep(c.d)
+	return c.Client.PromptAsync(ctx, session, req)
+}
+
+// H-5 and exactly once: tasks are taken over by another Manager while their holder is posting
+// their notifications as prompts (NotifyPerRun, each prompt_async slowed to 50 ms). The
+// holder hands a task over only once its delivery's outcome is set on it, so the new holder
+// never posts a notification again: the parent gets one per task.
+func TestHandoverDuringDeliveryH5(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun), asyncagents.WithPollInterval(200 * time.Millisecond)}
+	a := newManager(t, slowPrompts{f, 50 * time.Millisecond}, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	var ids []string
+	for i := range 8 {
+		ids = append(ids, launch(t, a, caller, fmt.Sprint("task ", i)).ID)
+	}
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitNotifications(t, f, caller.SessionID, 1) // A is delivering
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Output(t.Context(), caller, id, asyncagents.OutputOptions{}); err != nil {
+				t.Errorf("Output on B of %s: %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	waitNotifications(t, f, caller.SessionID, len(ids))
+	settledNotifications(t, f, caller.SessionID, len(ids))
 }

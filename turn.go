@@ -70,6 +70,13 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	a := m.turnAskLocked(parent, ob)
+	var acting []*entry // a handover stores these tasks once the outcome below is set on them
+	for _, id := range a.tasks {
+		if e := m.tasks[id]; e != nil {
+			e.acting++
+			acting = append(acting, e)
+		}
+	}
 	m.mu.Unlock()
 
 	id, confirmed, seen, err := m.postTurnSafely(ctx, parent, a)
@@ -113,6 +120,9 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		d := notifyBackoffMin << min(ob.turnFails-1, 16)
 		ob.turnNext = now.Add(min(d, notifyBackoffMax))
 		m.cfg.logger.Warn("asyncagents: asking for a parent's turn failed, retrying", "parent", parent, "next", ob.turnNext, "err", err)
+	}
+	for _, e := range acting {
+		e.acting--
 	}
 	changed := m.entriesLocked(a.refs)
 	m.mu.Unlock()

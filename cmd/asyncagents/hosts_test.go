@@ -248,8 +248,26 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 		t.Fatalf("tasks not all completed and notified %v after the kill: %+v", time.Since(killed), all)
 	}
 	time.Sleep(3 * time.Second) // a duplicate would come within a lease
-	// Each parent holds the notification message each of its tasks recorded, and no other
-	// notification: a run end posted twice would be a second message.
+	checkNotifiedOnce(t, c, ids, all, perParent)
+	// `tasks` reads every serve's tasks from the database, and does not print its password.
+	code, out, errOut := runCmd(t, "tasks", "-store", db)
+	u, _ := url.Parse(db)
+	pw, _ := u.User.Password()
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("%d task(s) from", parents*perParent)) || strings.Contains(out+errOut, pw) {
+		t.Errorf("tasks -store <database>: exit %d, password shown %v:\n%s%s", code, strings.Contains(out+errOut, pw), out, errOut)
+	}
+	if n := most(); n > maxRunning || n < maxRunning/2 {
+		t.Errorf("at most %d task sessions were busy at once, want %d at most (the serves' shared limit), and not fewer than %d", n, maxRunning, maxRunning/2)
+	}
+	t.Logf("at most %d task sessions busy at once (limit %d)", most(), maxRunning)
+}
+
+// checkNotifiedOnce checks that each of parents holds the notification message each of its
+// tasks among all recorded, and no other notification (a message posted without reply by
+// -notify none: a user message whose second part is the synthetic hint), perParent of them:
+// a run end posted twice would be a second message.
+func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, all []asyncagents.Task, perParent int) {
+	t.Helper()
 	want := map[string]map[string]bool{}
 	for _, task := range all {
 		if want[task.ParentSessionID] == nil {
@@ -257,7 +275,7 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 		}
 		want[task.ParentSessionID][task.Notifications[0].MessageID] = true
 	}
-	for parent := range parentOf {
+	for _, parent := range parents {
 		msgs, err := c.Messages(t.Context(), parent, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -277,15 +295,113 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 			}
 		}
 	}
-	// `tasks` reads every serve's tasks from the database, and does not print its password.
-	code, out, errOut := runCmd(t, "tasks", "-store", db)
-	u, _ := url.Parse(db)
-	pw, _ := u.User.Password()
-	if code != exitOK || !strings.Contains(out, fmt.Sprintf("%d task(s) from", parents*perParent)) || strings.Contains(out+errOut, pw) {
-		t.Errorf("tasks -store <database>: exit %d, password shown %v:\n%s%s", code, strings.Contains(out+errOut, pw), out, errOut)
+}
+
+// waitEnded waits until the database at url holds n tasks, each ended with want (completed)
+// and its one notification delivered, and returns them.
+func waitEnded(t *testing.T, url string, n int, within time.Duration) []asyncagents.Task {
+	t.Helper()
+	var all []asyncagents.Task
+	start := time.Now()
+	if !testmain.Eventually(within, func() bool {
+		all = storedTasks(t, url)
+		if len(all) != n {
+			return false
+		}
+		for _, task := range all {
+			if task.Status != asyncagents.StatusCompleted || len(task.Notifications) != 1 ||
+				task.Notifications[0].State != asyncagents.NotificationDelivered {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("tasks not all completed and notified within %v: %+v", time.Since(start), all)
 	}
-	if n := most(); n > maxRunning || n < maxRunning/2 {
-		t.Errorf("at most %d task sessions were busy at once, want %d at most (the serves' shared limit), and not fewer than %d", n, maxRunning, maxRunning/2)
+	return all
+}
+
+// H-1, H-2 (issue 19), with serves as processes of their own: one serve reaches PostgreSQL
+// through a proxy, which is cut while the tasks launched through it end. The other serve
+// claims them when their leases lapse and notifies; once the proxy lets the first serve
+// through again, it posts nothing more. Then PostgreSQL is stopped while tasks launched
+// through both serves run and end, and started again: every task ends, and each parent
+// holds exactly one notification per task.
+func TestHostsCutOffAndDatabaseRestartH1(t *testing.T) {
+	pg := pgstoretest.Start(t)
+	db := pg.NewDatabase(t)
+	proxy := pg.NewProxy(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("at most %d task sessions busy at once (limit %d)", most(), maxRunning)
+	srv := opencodetest.Start(t)
+	opts := []string{"-lease", "3s", "-notify", "none"}
+	cut := startHost(t, srv, pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
+	startHost(t, srv, db, "h1", opts...)
+	c := srv.Client()
+	var ids []string
+	for p := range 2 {
+		parent, err := c.CreateSession(t.Context(), opencode.CreateSessionRequest{Title: fmt.Sprintf("parent %d", p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, parent.ID)
+	}
+	launch := func(round, n int, sleep string, hosts ...string) {
+		var wg sync.WaitGroup
+		for p, parent := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range n {
+					tool := hosts[(p+i)%len(hosts)] + "_task"
+					part := callTool(t, c, parent, tool, fmt.Sprintf(`{"description":"round %d task %d","agent":"general","prompt":"SLEEP:%s %d/%d"}`, round, i, sleep, p, i))
+					if part.State.Status != "completed" {
+						t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+
+	// The cut: h0's tasks end while it cannot reach the database.
+	launch(1, 3, "6", "h0")
+	if n := heldRunning(t, db, cut.cmd.Process.Pid); n == 0 {
+		t.Fatal("h0 holds no running task: its tasks ended before the cut")
+	}
+	proxy.Cut()
+	cutAt := time.Now()
+	waitEnded(t, db, 6, 60*time.Second)
+	t.Logf("h0's tasks completed and notified by h1 %v after the cut", time.Since(cutAt).Round(time.Millisecond))
+	proxy.Restore()
+	time.Sleep(4 * time.Second) // h0 is back: a duplicate would come within a lease or two
+
+	// The restart: tasks of both serves end while PostgreSQL is down.
+	launch(2, 4, "5", "h0", "h1")
+	stored := storedTasks(t, db)
+	running := 0
+	for _, task := range stored {
+		if !task.Status.Terminal() {
+			running++
+		}
+	}
+	if running == 0 {
+		t.Fatal("no task runs: they ended before PostgreSQL stopped")
+	}
+	pg.Stop()
+	time.Sleep(7 * time.Second) // the running tasks end meanwhile
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	all := waitEnded(t, db, 6+8, 60*time.Second)
+	time.Sleep(4 * time.Second)
+	checkNotifiedOnce(t, c, ids, all, 3+4)
+	if t.Failed() {
+		t.Logf("h0:\n%s", cut.out)
+	}
 }
