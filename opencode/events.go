@@ -43,7 +43,9 @@ const (
 var ErrStreamStalled = errors.New("opencode: event stream stalled")
 
 // Event is one event of the stream. Directory names the instance it came from (empty for
-// server.* events). Properties is kept as received; [Event.Decode] decodes the common shapes.
+// server.* events). Properties is kept as received: [HTTPClient] reads the frame's envelope
+// and leaves the properties' bytes unchecked, so they are validated where they are decoded
+// ([Event.Decode], or json.Unmarshal of a shape of one's own).
 type Event struct {
 	ID         string          `json:"id,omitempty"`
 	Directory  string          `json:"-"`
@@ -180,20 +182,22 @@ func (c *HTTPClient) Events(ctx context.Context) (EventStream, error) {
 	return s, nil
 }
 
-// All yields the stream's events, skipping OpenCode's "sync" frames and frames that are not
-// JSON; see [EventStream] for how it ends.
+// All yields the stream's events, skipping OpenCode's "sync" frames and frames whose envelope
+// is not JSON; see [EventStream] for how it ends.
 func (s *sseStream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
+		dir := "" // the last frame's directory, shared by the next frames that name it
 		for raw, err := range sse.Read(s.body, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
 			if err != nil || s.ended() {
 				yield(Event{}, s.endError(err))
 				return
 			}
 			s.timer.Reset(s.stall)
-			ev, skip, err := decodeFrame([]byte(raw.Data))
+			ev, skip, err := decodeFrame([]byte(raw.Data), dir)
 			if err != nil || skip {
 				continue
 			}
+			dir = ev.Directory
 			if !yield(ev, nil) {
 				return
 			}
@@ -245,11 +249,11 @@ func (s *sseStream) Close() error {
 // decodeFrame decodes one data payload of /global/event ({"directory", "payload": Event})
 // or of /event (a bare Event) in one pass; the properties stay raw. skip is true for frames
 // that carry no event of interest.
-func decodeFrame(data []byte) (ev Event, skip bool, err error) {
+func decodeFrame(data []byte, lastDir string) (ev Event, skip bool, err error) {
 	if len(data) == 0 {
 		return Event{}, true, nil
 	}
-	ev, ok := scanFrame(data)
+	ev, ok := scanFrame(data, lastDir)
 	if !ok {
 		if ev, err = decodeFrameJSON(data); err != nil {
 			return Event{}, false, err
@@ -279,10 +283,15 @@ func decodeFrameJSON(data []byte) (Event, error) {
 // scanFrame reads a /global/event frame in the shape OpenCode 1.18.33 writes it,
 // {"directory":…,"project":…,"payload":{"id":…,"type":…,"properties":…}} ("project" and "id"
 // optional), without encoding/json's reflection: the event loop reads every frame of the
-// server, and a decode was most of its cost. The frame is still validated whole (the
-// properties with [json.Valid]); ok is false for any other shape or for strings with escapes
-// or non-ASCII bytes, which decodeFrame then decodes.
-func scanFrame(data []byte) (ev Event, ok bool) {
+// server, and a decode was most of its cost. The envelope is read in full; the properties are
+// delimited by matching their brackets (strings skipped) and must be followed by the
+// envelope's closing braces alone, but their contents are checked only when they are decoded
+// (a full validation here was a third of the reader's cost, and the frames a consumer uses
+// are decoded anyway). ok is false for any other shape or for strings with escapes or
+// non-ASCII bytes, which decodeFrame then decodes. The event's type and directory are taken
+// without a copy when they are one of this package's types and lastDir (the previous frame's
+// directory).
+func scanFrame(data []byte, lastDir string) (ev Event, ok bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(`{"directory":`))
 	if !ok {
 		return Event{}, false
@@ -318,11 +327,33 @@ func scanFrame(data []byte) (ev Event, ok bool) {
 	if rest, ok = bytes.CutPrefix(rest, []byte(`,"properties":`)); !ok {
 		return Event{}, false
 	}
-	props, ok := bytes.CutSuffix(rest, []byte(`}}`))
-	if !ok || !json.Valid(props) {
+	n := valueLen(rest)
+	if n < 0 || string(rest[n:]) != `}}` {
 		return Event{}, false
 	}
-	return Event{ID: string(id), Directory: string(dir), Type: string(typ), Properties: props[:len(props):len(props)]}, true
+	props := rest[:n]
+	return Event{ID: string(id), Directory: str(dir, lastDir), Type: str(typ, eventTypes[string(typ)]), Properties: props[:len(props):len(props)]}, true
+}
+
+// eventTypes maps each event type of this package to itself, so that a frame's type is
+// taken without an allocation (a map index by a converted []byte does not copy).
+var eventTypes = map[string]string{}
+
+func init() {
+	for _, t := range []string{EventServerConnected, EventServerHeartbeat, EventSessionCreated, EventSessionUpdated,
+		EventSessionDeleted, EventSessionStatus, EventSessionIdle, EventSessionError, EventSessionCompacted,
+		EventMessageUpdated, EventMessageRemoved, EventMessagePartUpdate, EventMessagePartDelta,
+		EventMessagePartRemoved, EventPermissionAsked, EventPermissionReplied, "session.diff", "sync"} {
+		eventTypes[t] = t
+	}
+}
+
+// str returns b as a string: same when b spells it (no allocation), else a copy.
+func str(b []byte, same string) string {
+	if string(b) == same {
+		return same
+	}
+	return string(b)
 }
 
 // scanString reads a JSON string at the start of b that has no escapes, control characters
@@ -340,4 +371,56 @@ func scanString(b []byte) (s, rest []byte, ok bool) {
 		}
 	}
 	return nil, nil, false
+}
+
+// valueLen returns the length of the object, array or string at the start of b, found by
+// matching brackets outside strings (a string ends at a quote not escaped by a backslash), or
+// -1 when b starts with anything else or the value does not end. It checks nothing else of
+// the value's syntax.
+func valueLen(b []byte) int {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			end := stringEnd(b, i)
+			if end < 0 {
+				return -1
+			}
+			if i = end; depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth <= 0 {
+				if depth < 0 {
+					return -1
+				}
+				return i + 1
+			}
+		default:
+			if depth == 0 {
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+// stringEnd returns the index of the quote that closes the string opened at b[start], or -1.
+func stringEnd(b []byte, start int) int {
+	for i := start + 1; ; i++ {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return -1
+		}
+		i += k
+		escapes := 0
+		for j := i - 1; j > start && b[j] == '\\'; j-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return i
+		}
+	}
 }
