@@ -302,11 +302,17 @@ func (r *runMirror) message(props []byte) {
 		return
 	}
 	var ev messageEvent
-	if err := json.Unmarshal(props, &ev); err != nil || ev.Info.ID == "" {
+	if f, ok := opencode.ScanMessageInfo(props); ok && !f.Error { // most are read so, without a decode
+		ev.Info.ID, ev.Info.ParentID, ev.Info.Role, ev.Info.Finish, ev.Info.Time.Completed = f.ID, f.ParentID, f.Role, f.Finish, f.Completed
+	} else if err := json.Unmarshal(props, &ev); err != nil {
 		r.broken = true
 		return
 	}
 	info := &ev.Info
+	if info.ID == "" {
+		r.broken = true
+		return
+	}
 	if in := r.place(info.ID, info.Role == opencode.RoleUser); in != nil {
 		in.Role, in.ParentID, in.Finish, in.Time.Completed, in.Error = info.Role, info.ParentID, info.Finish, info.Time.Completed, info.Error
 	}
@@ -323,7 +329,12 @@ func (r *runMirror) placed(props []byte) {
 	if !r.following() {
 		return
 	}
-	user := bytes.Contains(props, userRole)
+	var user bool
+	if f, ok := opencode.ScanMessageInfo(props); ok {
+		user = f.Role == opencode.RoleUser
+	} else {
+		user = bytes.Contains(props, userRole)
+	}
 	if in := r.place(string(opencode.LeadingInfoID(props)), user); in != nil && in.Role == "" {
 		in.Role = opencode.RoleAssistant
 		if user {

@@ -1,6 +1,9 @@
 package opencode
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+)
 
 // OpenCode's events, read without a decode. A Manager reads every event of the server; most
 // are of sessions it does not follow, and the few fields it needs to tell are found here by
@@ -89,4 +92,147 @@ func PartTypes(props []byte) (tool, streamed bool) {
 		i += len(key) + j
 	}
 	return tool, streamed
+}
+
+// InfoFacts is what [ScanMessageInfo] reads of a message.updated event's info.
+type InfoFacts struct {
+	ID, ParentID, Role, Finish string
+	Completed                  int64 // time.completed, ms since the epoch; 0 when absent
+	Error                      bool  // an error other than null is present: decode to read it
+}
+
+// ScanMessageInfo reads the id, parentID, role, finish, time.completed and whether there is an
+// error from the properties of a message.updated event ({…,"info":{…},…}) by walking the
+// JSON's keys and skipping the values it does not need, without a decode. ok is false for
+// anything it does not read exactly as encoding/json would: whitespace between tokens, a
+// string it needs with an escape or a byte outside ASCII, a key with an escape, a number that
+// is not a plain integer, a repeated key it needs or one spelled in another case, no info;
+// the caller decodes then. A value
+// it skips is only delimited (brackets matched, strings skipped), not checked.
+func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
+	var info []byte
+	if !eachMember(props, func(key, val []byte) bool {
+		if string(key) == "info" {
+			if info != nil {
+				return false
+			}
+			info = val
+		}
+		return !foldsTo(key, "info")
+	}) || len(info) == 0 || info[0] != '{' {
+		return InfoFacts{}, false
+	}
+	var seen uint8
+	once := func(bit uint8) bool {
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	}
+	str := func(dst *string, val []byte) bool {
+		s, rest, ok := scanString(val)
+		if !ok || len(rest) != 0 {
+			return false
+		}
+		*dst = string(s)
+		return true
+	}
+	ok = eachMember(info, func(key, val []byte) bool {
+		switch string(key) {
+		case "id":
+			return once(1) && str(&f.ID, val)
+		case "parentID":
+			return once(2) && str(&f.ParentID, val)
+		case "role":
+			return once(4) && str(&f.Role, val)
+		case "finish":
+			return once(8) && str(&f.Finish, val)
+		case "error":
+			f.Error = string(val) != "null"
+			return once(16)
+		case "time":
+			return once(32) && val[0] == '{' && eachMember(val, func(key, val []byte) bool {
+				if string(key) != "completed" {
+					return !foldsTo(key, "completed")
+				}
+				n, err := strconv.ParseInt(string(val), 10, 64)
+				if err != nil || (len(val) > 1 && val[0] == '0') {
+					return false
+				}
+				f.Completed = n
+				return true
+			})
+		}
+		return !foldsTo(key, "id", "parentID", "role", "finish", "error", "time")
+	})
+	if !ok {
+		return InfoFacts{}, false
+	}
+	return f, true
+}
+
+// foldsTo reports whether key is one of names in another case: encoding/json would take it
+// for that name.
+func foldsTo(key []byte, names ...string) bool {
+	for _, n := range names {
+		if len(key) == len(n) && string(key) != n && bytes.EqualFold(key, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// eachMember calls f with each key and raw value of the JSON object obj, which must be
+// written without whitespace and with keys without escapes, until f returns false; it
+// reports whether it read the whole object and f never returned false.
+func eachMember(obj []byte, f func(key, val []byte) bool) bool {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return false
+	}
+	rest := obj[1:]
+	if string(rest) == "}" {
+		return true
+	}
+	for {
+		key, r, ok := scanString(rest)
+		if !ok || len(r) == 0 || r[0] != ':' {
+			return false
+		}
+		r = r[1:]
+		n := memberLen(r)
+		if n <= 0 || !f(key, r[:n]) {
+			return false
+		}
+		switch r = r[n:]; {
+		case string(r) == "}":
+			return true
+		case len(r) > 1 && r[0] == ',':
+			rest = r[1:]
+		default:
+			return false
+		}
+	}
+}
+
+// memberLen returns the length of the value at the start of b, which ends a member: an
+// object, array or string (valueLen), or a number or literal, up to the next ',' or '}';
+// 0 when there is none.
+func memberLen(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	switch b[0] {
+	case '{', '[', '"':
+		return max(valueLen(b), 0)
+	}
+	for i, c := range b {
+		switch c {
+		case ',', '}':
+			return i
+		case ' ', '\t', '\r', '\n', '"', '{', '[', ']', ':':
+			return 0
+		}
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package opencode_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -88,4 +89,85 @@ func TestLeadingPartID(t *testing.T) {
 			t.Errorf("LeadingPartID(%s) = %q, want %q", props, got, want)
 		}
 	}
+}
+
+// infoByJSON is what encoding/json reads of the fields ScanMessageInfo reads.
+func infoByJSON(props []byte) (opencode.InfoFacts, error) {
+	var ev struct {
+		Info struct {
+			ID, ParentID, Role, Finish string
+			Time                       struct{ Completed int64 }
+			Error                      *json.RawMessage
+		}
+	}
+	err := json.Unmarshal(props, &ev)
+	i := ev.Info
+	return opencode.InfoFacts{ID: i.ID, ParentID: i.ParentID, Role: i.Role, Finish: i.Finish,
+		Completed: i.Time.Completed, Error: i.Error != nil && string(*i.Error) != "null"}, err
+}
+
+var infoSeeds = []string{
+	`{"sessionID":"ses_1","info":{"id":"msg_2","sessionID":"ses_1","role":"assistant","time":{"created":1795215783287,"completed":1795215783290},"parentID":"msg_1","modelID":"m1","providerID":"scripted","mode":"general","agent":"general","path":{"cwd":"/p","root":"/"},"cost":0.0012,"tokens":{"total":120,"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}},"finish":"stop"}}`,
+	`{"sessionID":"ses_1","info":{"id":"msg_1","sessionID":"ses_1","role":"user","time":{"created":1795215783280},"summary":{"diffs":[{"file":"a\"}{","before":"","after":"x"}]},"agent":"general","model":{"providerID":"scripted","modelID":"m1"}}}`,
+	`{"info":{"id":"msg_2","role":"assistant","error":{"name":"MessageAbortedError","data":{"message":"Aborted"}},"time":{"created":1,"completed":2}},"sessionID":"ses_1"}`,
+	`{"sessionID":"ses_1","info":{"id":"msg_2","role":"assistant","error":null,"finish":"tool-calls","time":{"created":1}}}`,
+}
+
+// ScanMessageInfo reads what encoding/json reads, or declines (then the caller decodes).
+func TestScanMessageInfo(t *testing.T) {
+	for _, c := range []struct {
+		props string
+		ok    bool
+	}{
+		{infoSeeds[0], true},
+		{infoSeeds[1], true},
+		{infoSeeds[2], true},
+		{infoSeeds[3], true},
+		{`{"sessionID":"ses_1","info":{"id":"msg_\u0032","role":"user"}}`, false},               // an escape in a needed string
+		{`{"sessionID":"ses_1","info":{"id":"msg_2","Role":"user"}}`, false},                    // another case: encoding/json takes it
+		{`{"sessionID":"ses_1","info":{"id":"msg_2","role":"user","role":"assistant"}}`, false}, // repeated
+		{`{"sessionID":"ses_1", "info":{"id":"msg_2"}}`, false},                                 // whitespace
+		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":1.5}}}`, false},         // not an integer
+		{`{"sessionID":"ses_1"}`, false},                                                        // no info
+		{`{"sessionID":"ses_1","info":[]}`, false},
+	} {
+		got, ok := opencode.ScanMessageInfo([]byte(c.props))
+		if ok != c.ok {
+			t.Errorf("ScanMessageInfo(%s) ok = %v, want %v", c.props, ok, c.ok)
+		}
+		if want, err := infoByJSON([]byte(c.props)); ok && (err != nil || got != want) {
+			t.Errorf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
+		}
+	}
+}
+
+// FuzzScanMessageInfo: what ScanMessageInfo reads of properties that are JSON is what
+// encoding/json reads. Run with go test -fuzz FuzzScanMessageInfo ./opencode/.
+func FuzzScanMessageInfo(f *testing.F) {
+	for _, s := range infoSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, props []byte) {
+		got, ok := opencode.ScanMessageInfo(props)
+		if !ok || !json.Valid(props) {
+			return
+		}
+		if want, err := infoByJSON(props); err == nil && got != want {
+			t.Fatalf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v", props, got, want)
+		}
+	})
+}
+
+func BenchmarkScanMessageInfo(b *testing.B) {
+	props := []byte(infoSeeds[0])
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			opencode.ScanMessageInfo(props)
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		for b.Loop() {
+			infoByJSON(props)
+		}
+	})
 }
