@@ -183,24 +183,9 @@ func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
 		ids = append(ids, parent.ID)
 	}
 	most := sampleBusy(t, c, parentOf)
-	var wg sync.WaitGroup
-	for p, parent := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range perParent {
-				tool := fmt.Sprintf("h%d_task", (p+i)%len(hosts))
-				part := callTool(t, c, parent, tool, fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:20 task %d of %d"}`, i, i, p))
-				if part.State.Status != "completed" {
-					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	launchEach(t, c, ids, perParent, []string{"h0", "h1", "h2"}, func(p, i int) string {
+		return fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:20 task %d of %d"}`, i, i, p)
+	})
 	stored := storedTasks(t, db)
 	if len(stored) != parents*perParent {
 		t.Fatalf("%d tasks stored, want %d", len(stored), parents*perParent)
@@ -349,24 +334,9 @@ func TestHostsCutOffAndDatabaseRestartH1(t *testing.T) {
 		ids = append(ids, parent.ID)
 	}
 	launch := func(round, n int, sleep string, hosts ...string) {
-		var wg sync.WaitGroup
-		for p, parent := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range n {
-					tool := hosts[(p+i)%len(hosts)] + "_task"
-					part := callTool(t, c, parent, tool, fmt.Sprintf(`{"description":"round %d task %d","agent":"general","prompt":"SLEEP:%s %d/%d"}`, round, i, sleep, p, i))
-					if part.State.Status != "completed" {
-						t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
+		launchEach(t, c, ids, n, hosts, func(p, i int) string {
+			return fmt.Sprintf(`{"description":"round %d task %d","agent":"general","prompt":"SLEEP:%s %d/%d"}`, round, i, sleep, p, i)
+		})
 	}
 
 	// The cut: h0's tasks end while it cannot reach the database.
@@ -403,5 +373,30 @@ func TestHostsCutOffAndDatabaseRestartH1(t *testing.T) {
 	checkNotifiedOnce(t, c, ids, all, 3+4)
 	if t.Failed() {
 		t.Logf("h0:\n%s", cut.out)
+	}
+}
+
+// launchEach has the model of each of parents launch n tasks, one after another, the parents
+// at once: task i of parent p through the bridge of serve hosts[(p+i)%len(hosts)] (its tool
+// prefix), with the arguments args(p, i). It ends the test when a launch fails.
+func launchEach(t *testing.T, c *opencode.HTTPClient, parents []string, n int, hosts []string, args func(p, i int) string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for p, parent := range parents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				tool := hosts[(p+i)%len(hosts)] + "_task"
+				part := callTool(t, c, parent, tool, args(p, i))
+				if part.State.Status != "completed" {
+					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 }
