@@ -56,6 +56,7 @@ type Manager struct {
 	mirrors mirrors     // what the event stream carried of each run (its own lock)
 
 	lossGrace time.Duration // lossGrace, or what a test sets (under mu)
+	afterPost func()        // nil, or what a test runs between a notification's post and its outcome
 }
 
 // New returns a Manager that runs tasks on the OpenCode server behind client (usually an

@@ -290,20 +290,23 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 	if e != nil {
 		note = noteLocked(e, ref.key)
 	}
-	if note == nil || note.State != NotificationPending { // cleared meanwhile
+	if note == nil || note.State != NotificationPending || e.lost { // cleared, or being handed over, meanwhile
 		ob.remove(ref)
 		m.mu.Unlock()
 		return true
 	}
 	n, agent := *note, e.task.ParentAgent
-	e.acting++ // a handover stores the task once the outcome below is set on it
 	m.mu.Unlock()
 
-	confirmed, err := m.attemptSafely(ctx, e, parent, agent, n)
+	var held []*entry // counted as acted on from the post until its outcome is set below
+	confirmed, err := m.attemptSafely(ctx, e, parent, agent, n, &held)
+	if m.afterPost != nil {
+		m.afterPost()
+	}
 
 	m.mu.Lock()
 	defer func() {
-		e.acting--
+		releaseLocked(held)
 		m.changedLocked(e)
 		m.mu.Unlock()
 		m.persist(e)
@@ -367,7 +370,7 @@ func (ob *outbox) remove(ref noteRef) {
 // attemptSafely makes one attempt, bounded by twice the request timeout (a lookup or two,
 // then the post). A panic (in the Client or the Store) is logged and counts as a failed
 // attempt, retried like any other.
-func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
+func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification, held *[]*entry) (confirmed bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.cfg.logger.Error("asyncagents: panic delivering a notification", "key", n.Key, "panic", r, "stack", string(debug.Stack()))
@@ -376,15 +379,16 @@ func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent str
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout)
 	defer cancel()
-	return m.attempt(ctx, e, parent, agent, n)
+	return m.attempt(ctx, e, parent, agent, n, held)
 }
 
 // attempt delivers n unless an earlier attempt already did: a notification that was posted
 // before (Attempts > 0) is looked up by its message id first. confirmed reports that the
 // server has shown the message (found, or answered with it); a prompt_async that was only
 // acknowledged is not. Under NotifyPerRun the notification is a prompt; otherwise it is
-// posted without reply.
-func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification) (confirmed bool, err error) {
+// posted without reply. The post counts as acting on e from the lease check on, in *held
+// (see postCtx).
+func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification, held *[]*entry) (confirmed bool, err error) {
 	_, confirmed, _, err = m.postOnce(ctx, parent, n.MessageID, nil, func(id string) error {
 		m.mu.Lock()
 		if note := noteLocked(e, n.Key); note != nil {
@@ -394,7 +398,7 @@ func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n
 		m.mu.Unlock()
 		return m.persist(e)
 	}, func(id string) (bool, error) {
-		ctx, cancel, err := m.leaseCtx(ctx, e.task.ID)
+		ctx, cancel, err := m.postCtx(ctx, held, e.task.ID)
 		if err != nil {
 			return false, err
 		}

@@ -26,3 +26,11 @@ func SetLossGrace(m *Manager, d time.Duration) {
 
 // FollowedParents returns how many parent sessions m follows the newest message id of.
 func FollowedParents(m *Manager) int64 { return m.notes.heads.n.Load() }
+
+// SetAfterPost has m run f after each notification's post returns and before its outcome is
+// set on the task (the notifier waits for f). Call it before launching.
+func SetAfterPost(m *Manager, f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.afterPost = f
+}

@@ -37,22 +37,49 @@ func (m *Manager) heldUntil(id string) (time.Time, bool) {
 // otherwise ends when the first could lapse. The request counts as in flight on the tasks
 // until cancel is called (a handover waits for it).
 func (m *Manager) leaseCtx(ctx context.Context, ids ...string) (context.Context, context.CancelFunc, error) {
+	ctx, cancel, acting, err := m.actOn(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ctx, func() {
+		cancel()
+		m.mu.Lock()
+		releaseLocked(acting)
+		m.mu.Unlock()
+	}, nil
+}
+
+// postCtx is leaseCtx for a post whose outcome the caller sets on the tasks afterwards
+// (a notification delivered, a turn asked): the tasks stay counted as acted on after cancel,
+// in *held, until the caller has set the outcome on them and calls releaseLocked(*held). A
+// handover then stores them with the outcome, never as posted but still pending.
+func (m *Manager) postCtx(ctx context.Context, held *[]*entry, ids ...string) (context.Context, context.CancelFunc, error) {
+	ctx, cancel, acting, err := m.actOn(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	*held = append(*held, acting...)
+	return ctx, cancel, nil
+}
+
+// actOn is leaseCtx's check and count: it returns the entries of ids, each counted once more
+// as acted on (entry.acting), and a context that ends when the first lease could lapse;
+// without a LeaseStore, no lease bounds it and nothing is counted.
+func (m *Manager) actOn(ctx context.Context, ids []string) (context.Context, context.CancelFunc, []*entry, error) {
 	if m.leaseStore() == nil {
 		ctx, cancel := context.WithCancel(ctx)
-		return ctx, cancel, nil
+		return ctx, cancel, nil, nil
 	}
 	var first time.Time
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	var acting []*entry
 	for _, id := range ids {
 		until, ok := m.heldUntil(id)
 		e := m.tasks[id]
 		if !ok || e == nil || e.lost { // gone here (cleared, handed over): not ours to act on
-			for _, a := range acting {
-				a.acting--
-			}
-			m.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
+			releaseLocked(acting)
+			return nil, nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
 		}
 		e.acting++
 		acting = append(acting, e)
@@ -60,16 +87,15 @@ func (m *Manager) leaseCtx(ctx context.Context, ids ...string) (context.Context,
 			first = until
 		}
 	}
-	m.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, first)
-	return ctx, func() {
-		cancel()
-		m.mu.Lock()
-		for _, a := range acting {
-			a.acting--
-		}
-		m.mu.Unlock()
-	}, nil
+	return ctx, cancel, acting, nil
+}
+
+// releaseLocked ends the count of entries as acted on, taken by actOn.
+func releaseLocked(acting []*entry) {
+	for _, e := range acting {
+		e.acting--
+	}
 }
 
 // claimEvery bounds the time between two claims of expired leases, so that a dead host's

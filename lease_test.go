@@ -491,50 +491,69 @@ func TestRemoteChangeFeedH5(t *testing.T) {
 	next("A's task removed", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && c.Removed })
 }
 
-// slowPrompts delays each prompt_async by its duration before passing it on.
-type slowPrompts struct {
+// messageLookups counts the Client's reads of one message (GET /session/{id}/message/{msg}),
+// which a Manager makes before it posts a notification an earlier attempt may have posted.
+type messageLookups struct {
 	opencode.Client
-	d time.Duration
+	n atomic.Int64
 }
 
-func (c slowPrompts) PromptAsync(ctx context.Context, session string, req opencode.PromptRequest) error {
-	time.Sleep(c.d)
-	return c.Client.PromptAsync(ctx, session, req)
+func (c *messageLookups) Message(ctx context.Context, session, id string) (*opencode.Message, error) {
+	c.n.Add(1)
+	return c.Client.Message(ctx, session, id)
 }
 
-// H-5 and exactly once: tasks are taken over by another Manager while their holder is posting
-// their notifications as prompts (NotifyPerRun, each prompt_async slowed to 50 ms). The
-// holder hands a task over only once its delivery's outcome is set on it, so the new holder
-// never posts a notification again: the parent gets one per task.
+// H-5 and exactly once: a task is taken over by another Manager right after its holder posted
+// its notification, before the holder set the outcome on it (a hook holds the holder there for
+// 2 s). The holder hands the task over only once the outcome is set, so the record the new
+// holder claims shows the notification delivered: the new holder does not look it up or post
+// it again, and the parent gets one.
 func TestHandoverDuringDeliveryH5(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	caller := fakeParent(t, f)
-	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun), asyncagents.WithPollInterval(200 * time.Millisecond)}
-	a := newManager(t, slowPrompts{f, 50 * time.Millisecond}, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	var ids []string
-	for i := range 8 {
-		ids = append(ids, launch(t, a, caller, fmt.Sprint("task ", i)).ID)
+	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
+	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	posted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
+	lookups := &messageLookups{Client: f}
+	b := newManager(t, lookups, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	id := launch(t, a, caller, "task").ID
+	if err := f.Release(id, opencodetest.Text("done")); err != nil {
+		t.Fatal(err)
 	}
-	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
+	select {
+	case <-posted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A posted no notification")
+	}
+	out := make(chan error, 1)
+	go func() {
+		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
+		out <- err
+	}()
+	time.Sleep(2 * time.Second) // A sees B's request within a second, and would hand over now
+	close(release)
+	select {
+	case err := <-out:
+		if err != nil {
+			t.Fatalf("Output on B: %v", err)
 		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Output on B did not return")
 	}
-	waitNotifications(t, f, caller.SessionID, 1) // A is delivering
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := b.Output(t.Context(), caller, id, asyncagents.OutputOptions{}); err != nil {
-				t.Errorf("Output on B of %s: %v", id, err)
-			}
-		}()
+	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
+		t.Fatalf("A still has the task B asked for: %v", err)
 	}
-	wg.Wait()
-	waitNotifications(t, f, caller.SessionID, len(ids))
-	settledNotifications(t, f, caller.SessionID, len(ids))
+	settledNotifications(t, f, caller.SessionID, 1)
+	if n := lookups.n.Load(); n != 0 {
+		t.Errorf("B looked the notification up %d times: it claimed it posted but pending", n)
+	}
+	task, err := b.Get(id)
+	if err != nil || len(task.Notifications) != 1 || task.Notifications[0].State != asyncagents.NotificationDelivered ||
+		task.Notifications[0].Attempts != 1 {
+		t.Errorf("B's record of the task: %+v, %v; want its notification delivered by A's one attempt", task.Notifications, err)
+	}
 }

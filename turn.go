@@ -70,18 +70,20 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	a := m.turnAskLocked(parent, ob)
-	var acting []*entry // a handover stores these tasks once the outcome below is set on them
-	for _, id := range a.tasks {
-		if e := m.tasks[id]; e != nil {
-			e.acting++
-			acting = append(acting, e)
-		}
-	}
 	m.mu.Unlock()
 
-	id, confirmed, seen, err := m.postTurnSafely(ctx, parent, a)
+	var held []*entry // counted as acted on from the post until its outcome is set below
+	id, confirmed, seen, err := m.postTurnSafely(ctx, parent, a, &held)
 
 	m.mu.Lock()
+	defer func() {
+		releaseLocked(held)
+		changed := m.entriesLocked(a.refs)
+		m.mu.Unlock()
+		for _, e := range changed {
+			m.persist(e)
+		}
+	}()
 	now := m.now()
 	switch {
 	case err == nil:
@@ -120,14 +122,6 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		d := notifyBackoffMin << min(ob.turnFails-1, 16)
 		ob.turnNext = now.Add(min(d, notifyBackoffMax))
 		m.cfg.logger.Warn("asyncagents: asking for a parent's turn failed, retrying", "parent", parent, "next", ob.turnNext, "err", err)
-	}
-	for _, e := range acting {
-		e.acting--
-	}
-	changed := m.entriesLocked(a.refs)
-	m.mu.Unlock()
-	for _, e := range changed {
-		m.persist(e)
 	}
 }
 
@@ -204,8 +198,9 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 // postTurnSafely makes one attempt at the turn prompt a, bounded like a notification's. It
 // reports the prompt's id ("" when none was posted), whether the server showed it, and
 // whether the owed notifications were found seen instead. A panic (in the Client or the
-// Store) is logged and counts as a failed attempt.
-func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk) (id string, confirmed, seen bool, err error) {
+// Store) is logged and counts as a failed attempt. The post counts as acting on the tasks
+// from the lease check on, in *held (see postCtx).
+func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk, held *[]*entry) (id string, confirmed, seen bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.cfg.logger.Error("asyncagents: panic asking for a parent's turn", "parent", parent, "panic", r, "stack", string(debug.Stack()))
@@ -234,7 +229,7 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk) 
 		}
 		return errors.Join(errs...)
 	}, func(id string) (bool, error) {
-		ctx, cancel, err := m.leaseCtx(ctx, a.tasks...)
+		ctx, cancel, err := m.postCtx(ctx, held, a.tasks...)
 		if err != nil {
 			return false, err
 		}

@@ -286,8 +286,8 @@ func decodeFrameJSON(data []byte) (Event, error) {
 // server, and a decode was most of its cost. The envelope is read in full; the properties are
 // delimited by matching their brackets (strings skipped) and must be followed by the
 // envelope's closing braces alone, but their contents are checked only when they are decoded
-// (a full validation here was a third of the reader's cost, and the frames a consumer uses
-// are decoded anyway). ok is false for any other shape or for strings with escapes or
+// (a full validation here was a third of the reader's cost); the readers of scan.go, which
+// take a few fields without a decode, trust the server to write JSON. ok is false for any other shape or for strings with escapes or
 // non-ASCII bytes, which decodeFrame then decodes. The event's type and directory are taken
 // without a copy when they are one of this package's types and lastDir (the previous frame's
 // directory).

@@ -107,7 +107,7 @@ type InfoFacts struct {
 // anything it does not read exactly as encoding/json would: whitespace between tokens, a
 // string it needs with an escape or a byte outside ASCII, a key with an escape, a number that
 // is not a plain integer, a repeated key it needs or one spelled in another case, no info;
-// the caller decodes then. A value
+// the caller decodes then. Like the other readers here, it trusts the server to write JSON. A value
 // it skips is only delimited (brackets matched, strings skipped), not checked.
 func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
 	var info []byte
@@ -156,8 +156,9 @@ func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
 				if string(key) != "completed" {
 					return !foldsTo(key, "completed")
 				}
+				digits := bytes.TrimPrefix(val, []byte("-"))
 				n, err := strconv.ParseInt(string(val), 10, 64)
-				if err != nil || (len(val) > 1 && val[0] == '0') {
+				if err != nil || val[0] == '+' || (len(digits) > 1 && digits[0] == '0') { // JSON has neither
 					return false
 				}
 				f.Completed = n

@@ -128,6 +128,8 @@ func TestScanMessageInfo(t *testing.T) {
 		{`{"sessionID":"ses_1","info":{"id":"msg_2","role":"user","role":"assistant"}}`, false}, // repeated
 		{`{"sessionID":"ses_1", "info":{"id":"msg_2"}}`, false},                                 // whitespace
 		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":1.5}}}`, false},         // not an integer
+		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":-01}}}`, false},         // not JSON
+		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":+1}}}`, false},          // not JSON
 		{`{"sessionID":"ses_1"}`, false},                                                        // no info
 		{`{"sessionID":"ses_1","info":[]}`, false},
 	} {
@@ -152,8 +154,8 @@ func FuzzScanMessageInfo(f *testing.F) {
 		if !ok || !json.Valid(props) {
 			return
 		}
-		if want, err := infoByJSON(props); err == nil && got != want {
-			t.Fatalf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v", props, got, want)
+		if want, err := infoByJSON(props); err != nil || got != want {
+			t.Fatalf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
 		}
 	})
 }

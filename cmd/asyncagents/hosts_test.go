@@ -282,8 +282,8 @@ func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, a
 	}
 }
 
-// waitEnded waits until the database at url holds n tasks, each ended with want (completed)
-// and its one notification delivered, and returns them.
+// waitEnded waits until the database at url holds n tasks, each completed with its one
+// notification delivered, and returns them.
 func waitEnded(t *testing.T, url string, n int, within time.Duration) []asyncagents.Task {
 	t.Helper()
 	var all []asyncagents.Task
@@ -364,7 +364,21 @@ func TestHostsCutOffAndDatabaseRestartH1(t *testing.T) {
 		t.Fatal("no task runs: they ended before PostgreSQL stopped")
 	}
 	pg.Stop()
-	time.Sleep(7 * time.Second) // the running tasks end meanwhile
+	// The running tasks end while PostgreSQL is down: their sessions are no longer busy.
+	if !testmain.Eventually(30*time.Second, func() bool {
+		st, err := c.SessionStatus(t.Context(), "")
+		if err != nil {
+			return false
+		}
+		for _, task := range stored {
+			if _, busy := st[task.ID]; busy {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the tasks did not end while PostgreSQL was down")
+	}
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
