@@ -290,7 +290,7 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 	if e != nil {
 		note = noteLocked(e, ref.key)
 	}
-	if note == nil || note.State != NotificationPending || e.lost { // cleared, or being handed over, meanwhile
+	if note == nil || note.State != NotificationPending { // cleared meanwhile
 		ob.remove(ref)
 		m.mu.Unlock()
 		return true

@@ -204,7 +204,9 @@ func (m *Manager) handoffStore() HandoffStore {
 
 // handOver gives task e, marked lost, to the host that wants it: it waits for the requests in
 // flight on it (each bounded by the lease), stores its newest record, forgets it and yields
-// its lease.
+// its lease. When the record cannot be stored (the database is unreachable), it keeps the
+// task and acts on it again; the other host's request, still in the store, is taken up again
+// at the next look.
 func (m *Manager) handOver(hs HandoffStore, e *entry) {
 	for {
 		m.mu.Lock()
@@ -218,7 +220,12 @@ func (m *Manager) handOver(hs HandoffStore, e *entry) {
 		}
 	}
 	if err := m.persist(e); err != nil {
-		return // the lease expires; the other host claims the last stored record
+		if !lostLease(err) { // lost: persist dropped it, and its new holder has it
+			m.mu.Lock()
+			e.lost = false // renewed with the others: marked lost, no one would act on it
+			m.mu.Unlock()
+		}
+		return
 	}
 	e.saveMu.Lock()
 	m.mu.Lock()

@@ -557,3 +557,57 @@ func TestHandoverDuringDeliveryH5(t *testing.T) {
 		t.Errorf("B's record of the task: %+v, %v; want its notification delivered by A's one attempt", task.Notifications, err)
 	}
 }
+
+// failingSaves is a pgstore whose saves fail (as when the database is unreachable) until
+// the time until, in Unix nanoseconds; failed counts them.
+type failingSaves struct {
+	*pgstore.Store
+	until, failed atomic.Int64
+}
+
+func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
+	if time.Now().UnixNano() < s.until.Load() {
+		s.failed.Add(1)
+		return errors.New("injected: the database is unreachable")
+	}
+	return s.Store.Save(ctx, t)
+}
+
+// H-5: a handover whose save fails (the holder cannot reach the database for a moment, with a
+// change of the task not saved yet: a follow-up queued meanwhile) keeps the task with its
+// holder, which acts on it again and hands it over at a later look, once it can save: the
+// asking host's Output returns the task, which then runs its follow-up, and each run ends
+// with one notification.
+func TestHandoverAfterFailedSaveH5(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	store := &failingSaves{Store: openPG(t, url)}
+	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
+	a := newManager(t, f, append(opts, asyncagents.WithStore(store))...)
+	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	id := launch(t, a, caller, "task").ID
+	store.until.Store(time.Now().Add(2500 * time.Millisecond).UnixNano()) // A sees B's request within 1 s
+	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil {
+		t.Fatalf("queue a follow-up on A: %v", err)
+	}
+	out, err := b.Output(t.Context(), caller, id, asyncagents.OutputOptions{})
+	if err != nil || out.Task.Status != asyncagents.StatusRunning {
+		t.Fatalf("Output on B while A could not save for 2.5 s: %+v, %v", out.Task.Status, err)
+	}
+	if n := store.failed.Load(); n < 2 {
+		t.Fatalf("%d of A's saves failed, want the follow-up's and the handover's at least", n)
+	}
+	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
+		t.Fatalf("A still has the task B took over: %v", err)
+	}
+	for i, want := range []int{1, 2} { // the run, then the follow-up's
+		if err := f.Release(id, opencodetest.Text(fmt.Sprint("done ", i))); err != nil {
+			t.Fatal(err)
+		}
+		waitNotifications(t, f, caller.SessionID, want)
+	}
+	waitCompleted(t, b, []string{id})
+	settledNotifications(t, f, caller.SessionID, 2)
+}
