@@ -317,6 +317,11 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 		return true
 	}
 	now := m.now()
+	if lostLease(err) { // not posted: the task is being handed over, or was; its holder delivers
+		note.Next = now.Add(notifyBackoffMin)
+		ob.next = note.Next
+		return false
+	}
 	note.Attempts++
 	switch {
 	case err == nil:

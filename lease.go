@@ -220,15 +220,20 @@ func (m *Manager) handOver(hs HandoffStore, e *entry) {
 		}
 	}
 	if err := m.persist(e); err != nil {
-		if !lostLease(err) { // lost: persist dropped it, and its new holder has it
-			m.mu.Lock()
+		m.mu.Lock()
+		if !lostLease(err) && !e.removed { // lost: persist dropped it, and its new holder has it
 			e.lost = false // renewed with the others: marked lost, no one would act on it
-			m.mu.Unlock()
 		}
+		m.mu.Unlock()
 		return
 	}
 	e.saveMu.Lock()
 	m.mu.Lock()
+	if e.removed { // cleared meanwhile: its row is deleted
+		m.mu.Unlock()
+		e.saveMu.Unlock()
+		return
+	}
 	id := e.task.ID
 	start := m.removeLocked(e) // no save after this one: persist now says ErrLeaseLost
 	m.mu.Unlock()

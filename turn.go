@@ -101,6 +101,8 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		if id != "" && !confirmed {
 			m.awaitPosted(id, posted{parent: parent, turn: covered, at: now})
 		}
+	case lostLease(err): // not posted: one of the tasks is being handed over; ask again without it
+		ob.turnNext = now.Add(notifyBackoffMin)
 	case errors.Is(err, opencode.ErrNotFound) || now.Sub(ob.firstOwed) >= m.cfg.notifyHorizon:
 		// The parent is gone, or the horizon has passed: the notifications stay in the
 		// parent, and no turn is asked for them.
