@@ -221,10 +221,14 @@ func (m *Manager) handOver(hs HandoffStore, e *entry) {
 	}
 	if err := m.persist(e); err != nil {
 		m.mu.Lock()
-		if !lostLease(err) && !e.removed { // lost: persist dropped it, and its new holder has it
+		kept := !lostLease(err) && !e.removed // lost: persist dropped it, and its new holder has it
+		if kept {
 			e.lost = false // renewed with the others: marked lost, no one would act on it
 		}
 		m.mu.Unlock()
+		if kept {
+			m.sendFollowUp(e) // one kept while it was being handed over
+		}
 		return
 	}
 	e.saveMu.Lock()

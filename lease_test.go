@@ -611,3 +611,60 @@ func TestHandoverAfterFailedSaveH5(t *testing.T) {
 	waitCompleted(t, b, []string{id})
 	settledNotifications(t, f, caller.SessionID, 2)
 }
+
+// H-5: a run ends while its task is being handed over, with a follow-up queued. The holder
+// keeps the follow-up queued rather than send it under a lease it is giving up; the new
+// holder sends it. (A hook holds the holder's delivery of the first run's notification, so
+// the handover waits while the second run ends.) Every run completes and is notified once.
+func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
+		asyncagents.WithPollInterval(200 * time.Millisecond)}
+	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	posted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
+	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	id := launch(t, a, caller, "task").ID
+	ctx := t.Context()
+	if _, err := a.Resume(ctx, caller, id, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(id, opencodetest.Text("done 1")); err != nil { // run 2 starts: the follow-up
+		t.Fatal(err)
+	}
+	select {
+	case <-posted: // run 1's notification, held between its post and its outcome
+	case <-time.After(20 * time.Second):
+		t.Fatal("A posted no notification")
+	}
+	if _, err := a.Resume(ctx, caller, id, "third"); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan error, 1)
+	go func() {
+		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
+		out <- err
+	}()
+	time.Sleep(1500 * time.Millisecond) // A sees B's request and waits for the held delivery
+	waitFor(t, 10*time.Second, func() bool { return f.Release(id, opencodetest.Text("done 2")) == nil })
+	waitFor(t, 10*time.Second, func() bool { // A decides run 2 while handing the task over
+		task, err := a.Get(id)
+		return err == nil && task.Status.Terminal()
+	})
+	close(release)
+	if err := <-out; err != nil {
+		t.Fatalf("Output on B: %v", err)
+	}
+	waitFor(t, 20*time.Second, func() bool { return f.Release(id, opencodetest.Text("done 3")) == nil }) // B sent "third"
+	waitCompleted(t, b, []string{id})
+	task, err := b.Get(id)
+	if err != nil || task.ResumeCount != 2 || len(task.FollowUps) != 0 {
+		t.Fatalf("B's task: resumed %d times, follow-ups %q, %v; want both follow-ups sent", task.ResumeCount, task.FollowUps, err)
+	}
+	waitNotifications(t, f, caller.SessionID, 3)
+	settledNotifications(t, f, caller.SessionID, 3)
+}

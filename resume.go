@@ -138,10 +138,12 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 }
 
 // sendFollowUp sends the first queued follow-up of the ended task e, if any. A failure is
-// recorded on the task (and the next follow-up, if any, is tried when that is final).
+// recorded on the task (and the next follow-up, if any, is tried when that is final). A task
+// being handed over to another host keeps its follow-ups queued: its new holder sends them,
+// or this Manager does if the handover fails.
 func (m *Manager) sendFollowUp(e *entry) {
 	m.mu.Lock()
-	if e.removed || e.task.Status.Active() || len(e.task.FollowUps) == 0 {
+	if e.removed || e.lost || e.task.Status.Active() || len(e.task.FollowUps) == 0 {
 		m.mu.Unlock()
 		return
 	}
