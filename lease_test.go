@@ -33,6 +33,16 @@ func openPG(t *testing.T, url string) *pgstore.Store {
 	return s
 }
 
+// pgCase starts a PostgreSQL server with a database of its own for t, and a fake OpenCode
+// server whose runs are held until released, with a parent session: the start of most
+// tests here.
+func pgCase(t *testing.T) (*pgstoretest.Server, string, *opencodetest.FakeClient, asyncagents.Caller) {
+	t.Helper()
+	srv := pgstoretest.Start(t)
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	return srv, srv.NewDatabase(t), f, fakeParent(t, f)
+}
+
 // settledNotifications waits a lease (a duplicate posted by a host that lost a task would
 // come within it) and fails t unless parent holds exactly want notifications.
 func settledNotifications(t *testing.T, c opencode.Client, parent string, want int) {
@@ -60,10 +70,7 @@ func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
 // claimed by another Manager on the same database, which finds them ended on the server and
 // notifies the parent, once per task.
 func TestLeaseTakeoverH2(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +143,7 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 // notification whose id it cannot store, and once the database is back every task is
 // stored completed and notified once.
 func TestLeaseDatabaseRestartH1(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	srv, url, f, caller := pgCase(t)
 	store := openPG(t, url)
 	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
@@ -178,10 +182,7 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
 // two Managers run at once (busy sessions of the server).
 func TestSharedLimitH4(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
@@ -250,10 +251,7 @@ func TestSharedLimitH4(t *testing.T) {
 // on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
 // brings back and removes the caller's tasks that B holds. Each run end is notified once.
 func TestAnyHostH5(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	ctx := t.Context()
@@ -374,10 +372,7 @@ func TestSeveralServersH6(t *testing.T) {
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
 // them (a Renew finds lost only what was held before it started), and each is notified once.
 func TestLaunchDuringRenewH2(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
 	if err != nil {
 		t.Fatal(err)
@@ -415,10 +410,7 @@ func (failingRelease) Release(context.Context, ...string) error {
 // Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
 // end gave it back.
 func TestSlotFreedWhenHostStopsH4(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
 	sa := openPG(t, url)
@@ -447,10 +439,7 @@ func TestSlotFreedWhenHostStopsH4(t *testing.T) {
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
 // cleared.
 func TestRemoteChangeFeedH5(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
@@ -509,10 +498,7 @@ func (c *messageLookups) Message(ctx context.Context, session, id string) (*open
 // holder claims shows the notification delivered: the new holder does not look it up or post
 // it again, and the parent gets one.
 func TestHandoverDuringDeliveryH5(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	posted, release := make(chan struct{}), make(chan struct{})
@@ -579,10 +565,7 @@ func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // asking host's Output returns the task, which then runs its follow-up, and each run ends
 // with one notification.
 func TestHandoverAfterFailedSaveH5(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(store))...)
@@ -617,10 +600,7 @@ func TestHandoverAfterFailedSaveH5(t *testing.T) {
 // holder sends it. (A hook holds the holder's delivery of the first run's notification, so
 // the handover waits while the second run ends.) Every run completes and is notified once.
 func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)

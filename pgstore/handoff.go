@@ -19,7 +19,15 @@ import (
 //	SELECT task FROM asyncagents_tasks WHERE $1 = '' OR parent = $1 ORDER BY started
 func (s *Store) Tasks(ctx context.Context, parent string) ([]asyncagents.Task, error) {
 	s.trips.Add(1)
-	rows, err := s.pool.Query(ctx, `SELECT task FROM asyncagents_tasks WHERE $1 = '' OR parent = $1 ORDER BY started`, parent)
+	return queryTasks(ctx, s.pool, `SELECT task FROM asyncagents_tasks WHERE $1 = '' OR parent = $1 ORDER BY started`, parent)
+}
+
+// queryTasks runs sql, which selects one column of tasks' JSON, on q (a pool or a
+// connection) and decodes the rows.
+func queryTasks(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) ([]asyncagents.Task, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
 	}
@@ -100,13 +108,5 @@ func ReadTasks(ctx context.Context, url string) ([]asyncagents.Task, error) {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	defer c.Close(context.Background())
-	rows, err := c.Query(ctx, `SELECT task FROM asyncagents_tasks ORDER BY started`)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
-	}
-	tasks, err := pgx.CollectRows(rows, scanTask)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: read tasks: %w", err)
-	}
-	return tasks, nil
+	return queryTasks(ctx, c, `SELECT task FROM asyncagents_tasks ORDER BY started`)
 }

@@ -54,14 +54,19 @@ func task(id string) asyncagents.Task {
 		Started: time.Now().UTC().Truncate(time.Millisecond)}
 }
 
+// twoStores opens two stores with a lease of 1 s on a new database of a server of its own.
+func twoStores(t *testing.T) (a, b *pgstore.Store) {
+	t.Helper()
+	url := pgstoretest.Start(t).NewDatabase(t)
+	return open(t, url, time.Second), open(t, url, time.Second)
+}
+
 // TestLeases: a store holds what it saves; another claims it only after the lease expires,
 // with a new fence; the first then loses it on Renew and on Save, and Held ends before
 // the lease can expire (H-2).
 func TestLeases(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
+	a, b := twoStores(t)
 	ctx := t.Context()
-	a, b := open(t, url, time.Second), open(t, url, time.Second)
 	if err := a.Save(ctx, task("ses_1")); err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +113,8 @@ func TestLeases(t *testing.T) {
 
 // TestRenewReportsLost: a lease claimed away is reported by the next Renew.
 func TestRenewReportsLost(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
+	a, b := twoStores(t)
 	ctx := t.Context()
-	a, b := open(t, url, time.Second), open(t, url, time.Second)
 	for _, id := range []string{"ses_1", "ses_2"} {
 		if err := a.Save(ctx, task(id)); err != nil {
 			t.Fatal(err)
@@ -210,10 +213,8 @@ func TestSlots(t *testing.T) {
 // TestYieldIsFinal: a yielded lease is not renewed by the store that yielded it, so the
 // store that wants the task claims it (H-5).
 func TestYieldIsFinal(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
+	a, b := twoStores(t)
 	ctx := t.Context()
-	a, b := open(t, url, time.Second), open(t, url, time.Second)
 	if err := a.Save(ctx, task("ses_1")); err != nil {
 		t.Fatal(err)
 	}
