@@ -13,15 +13,21 @@ import (
 )
 
 // Delivery: parents are served in parallel, at most notifyWorkers at a time, each attempt
-// bounded by the request timeout; the notifications of one parent go one at a time, oldest
-// first, but those posted without reply go up to notifyParallel at a time once the parent's
-// newest message is known (dueRefsLocked). A worker delivers a parent's notifications one after the other while they are due;
-// after notifyBatch of them it gives its place to a parent that waits for a worker, if any. A
+// bounded by the request timeout. The notifications of one parent go oldest first; those
+// posted without reply (they start no turn, so their order among themselves does not matter)
+// that are due together go in one message, up to notifyMerge of them and mergeBytes of text,
+// and up to
+// notifyParallel such messages at a time once the parent's newest message is known
+// (dueGroupsLocked); a prompt per run end (NotifyPerRun) goes alone, one at a time. A worker
+// delivers a parent's notifications one message after the other while they are due; after
+// notifyBatch notifications it gives its place to a parent that waits for a worker, if any. A
 // failed attempt is retried after a delay doubling from notifyBackoffMin to notifyBackoffMax
 // until the horizon (WithNotifyHorizon) has passed since the run ended.
 const (
 	notifyWorkers    = 32
 	notifyBatch      = 16
+	notifyMerge      = 128
+	mergeBytes       = 64 << 10
 	notifyParallel   = 8
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
@@ -177,18 +183,16 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 			m.askTurn(ctx, parent)
 			continue
 		default:
-			refs := m.dueRefsLocked(parent, ob)
+			groups := m.dueGroupsLocked(parent, ob)
 			m.mu.Unlock()
-			sent += len(refs)
-			if len(refs) == 1 {
-				m.deliver(ctx, parent, refs[0])
-				continue
+			for _, g := range groups {
+				sent += len(g)
 			}
 			var wg sync.WaitGroup
-			for _, ref := range refs[1:] {
-				wg.Go(func() { m.deliver(ctx, parent, ref) })
+			for _, g := range groups[1:] {
+				wg.Go(func() { m.deliver(ctx, parent, g) })
 			}
-			m.deliver(ctx, parent, refs[0])
+			m.deliver(ctx, parent, groups[0])
 			wg.Wait()
 			continue
 		}
@@ -250,22 +254,49 @@ func (m *Manager) flushNotifications() {
 	}
 }
 
-// dueRefsLocked returns the notifications of parent's outbox ob that its worker delivers now:
-// the oldest, or, when notifications are posted without reply (they start no turn, so their
-// order among themselves does not matter) and the parent's newest message is known (no read
-// of it per notification), up to notifyParallel of the oldest at once.
-func (m *Manager) dueRefsLocked(parent string, ob *outbox) []noteRef {
-	n := 1
-	if m.cfg.notifyPolicy != NotifyPerRun && len(ob.queue) > 1 {
-		if _, ok := m.notes.heads.known(parent, m.mirrors.live.Load(), m.now()); ok {
-			n = min(len(ob.queue), notifyParallel)
-		}
+// dueGroupsLocked returns the notifications of parent's outbox ob that its worker delivers
+// now, one group per message, oldest first. A prompt per run end (NotifyPerRun) goes alone.
+// Notifications posted without reply are merged: consecutive ones that an earlier attempt
+// posted under the same message id (or none did) and that carry the same agent share a
+// message, up to notifyMerge of them and mergeBytes of text; up to notifyParallel messages go at once when the
+// parent's newest message is known (no read of it per message), one otherwise.
+func (m *Manager) dueGroupsLocked(parent string, ob *outbox) [][]noteRef {
+	if m.cfg.notifyPolicy == NotifyPerRun {
+		return [][]noteRef{{ob.queue[0]}}
 	}
-	return slices.Clone(ob.queue[:n])
+	most := 1
+	if _, ok := m.notes.heads.known(parent, m.mirrors.live.Load(), m.now()); ok {
+		most = notifyParallel
+	}
+	type mergeKey struct{ prev, agent string }
+	var groups [][]noteRef
+	var last mergeKey
+	var size int // the text of the last group
+	for _, ref := range ob.queue {
+		var k mergeKey
+		var n int
+		if e := m.tasks[ref.task]; e != nil {
+			k.agent = e.task.ParentAgent
+			if note := noteLocked(e, ref.key); note != nil {
+				k.prev, n = note.MessageID, len(note.Visible)+len(note.Hidden)
+			}
+		}
+		if g := len(groups); g > 0 && k == last && len(groups[g-1]) < notifyMerge && size+n <= mergeBytes {
+			groups[g-1] = append(groups[g-1], ref)
+			size += n
+			continue
+		}
+		if len(groups) == most {
+			break
+		}
+		groups, last, size = append(groups, []noteRef{ref}), k, n
+	}
+	return groups
 }
 
-// deliverNext makes one attempt at parent's oldest pending notification and reports
-// whether it is done with it (delivered, failed or gone). The caller has the parent.
+// deliverNext makes one attempt at parent's oldest pending notifications (the first message
+// dueGroupsLocked would post) and reports whether it is done with them (each delivered,
+// failed or gone). The caller has the parent.
 func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
@@ -273,50 +304,96 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		m.mu.Unlock()
 		return false
 	}
-	ref := ob.queue[0]
+	refs := m.dueGroupsLocked(parent, ob)[0]
 	m.mu.Unlock()
-	return m.deliver(ctx, parent, ref)
+	return m.deliver(ctx, parent, refs)
 }
 
-// deliver makes one attempt at parent's pending notification ref and reports whether it is
-// done with it (delivered, failed or gone). The caller has the parent: no goroutine but those
-// it started delivers its notifications meanwhile, and no two deliver the same one.
-func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done bool) {
+// pendingNote is a notification an attempt posts: its reference, its task's entry, and a copy
+// taken when the attempt started.
+type pendingNote struct {
+	ref noteRef
+	e   *entry
+	n   Notification
+}
+
+// deliver makes one attempt at parent's pending notifications refs, in one message, and
+// reports whether it is done with them (each delivered, failed or gone). The caller has the
+// parent: no goroutine but those it started delivers its notifications meanwhile, and no two
+// deliver the same one.
+func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (done bool) {
 	defer m.recoverAndLog("delivering a notification")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
-	e := m.tasks[ref.task]
-	var note *Notification
-	if e != nil {
-		note = noteLocked(e, ref.key)
+	post := make([]pendingNote, 0, len(refs))
+	for _, ref := range refs {
+		e := m.tasks[ref.task]
+		var note *Notification
+		if e != nil {
+			note = noteLocked(e, ref.key)
+		}
+		if note == nil || note.State != NotificationPending { // cleared meanwhile
+			ob.remove(ref)
+			continue
+		}
+		post = append(post, pendingNote{ref: ref, e: e, n: *note})
 	}
-	if note == nil || note.State != NotificationPending { // cleared meanwhile
-		ob.remove(ref)
-		m.mu.Unlock()
+	m.mu.Unlock()
+	if len(post) == 0 {
 		return true
 	}
-	n, agent := *note, e.task.ParentAgent
-	m.mu.Unlock()
 
 	var held []*entry // counted as acted on from the post until its outcome is set below
-	confirmed, err := m.attemptSafely(ctx, e, parent, agent, n, &held)
+	confirmed, err := m.attemptSafely(ctx, parent, post, &held)
 	if m.afterPost != nil {
 		m.afterPost()
 	}
+	if lostLease(err) && len(post) > 1 { // one of them is being handed over: the others go alone
+		m.mu.Lock()
+		releaseLocked(held)
+		m.mu.Unlock()
+		done = true
+		for _, p := range post {
+			done = m.deliver(ctx, parent, []noteRef{p.ref}) && done
+		}
+		return done
+	}
 
 	m.mu.Lock()
-	defer func() {
-		releaseLocked(held)
-		m.changedLocked(e)
-		m.mu.Unlock()
-		m.persist(e)
-	}()
-	note = noteLocked(e, ref.key)
-	if note == nil || e.removed {
-		ob.remove(ref)
+	now := m.now()
+	done = true
+	for _, p := range post {
+		done = m.settleLocked(ob, parent, p, confirmed, err, now) && done
+	}
+	if !ob.next.After(now) { // not a retry another notification of the parent waits for
+		ob.next = time.Time{}
+	}
+	next := ob.next
+	releaseLocked(held)
+	for _, p := range post {
+		m.changedLocked(p.e)
+	}
+	m.mu.Unlock()
+	if err != nil && !done && !lostLease(err) {
+		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", post[0].n.Key, "notifications", len(post),
+			"attempt", post[0].n.Attempts+1, "next", next, "err", err)
+	}
+	for i, p := range post {
+		if i == 0 || p.e != post[i-1].e {
+			m.persist(p.e)
+		}
+	}
+	return done
+}
+
+// settleLocked sets the outcome of one attempt (confirmed, err) at p and reports whether the
+// outbox is done with it (delivered, failed or gone); otherwise it waits in ob for a retry.
+func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirmed bool, err error, now time.Time) (done bool) {
+	note := noteLocked(p.e, p.ref.key)
+	if note == nil || p.e.removed {
+		ob.remove(p.ref)
 		return true
 	}
-	now := m.now()
 	if lostLease(err) { // not posted: the task is being handed over, or was; its holder delivers
 		note.Next = now.Add(notifyBackoffMin)
 		ob.next = note.Next
@@ -327,11 +404,11 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 	case err == nil:
 		note.State, note.Delivered, note.Error, note.Next = NotificationDelivered, now, "", time.Time{}
 		if !confirmed {
-			m.awaitPosted(note.MessageID, posted{parent: parent, task: e.task.ID, key: note.Key, at: now})
+			m.awaitPosted(note.MessageID, posted{parent: parent, task: p.e.task.ID, key: note.Key, at: now})
 		}
 		if m.cfg.notifyPolicy == NotifyPerWave {
 			note.Turn = TurnOwed
-			m.oweTurnLocked(ob, ref, note.Created)
+			m.oweTurnLocked(ob, p.ref, note.Created)
 		}
 	case errors.Is(err, opencode.ErrNotFound):
 		note.State, note.Error = NotificationFailed, "the parent session no longer exists"
@@ -344,14 +421,10 @@ func (m *Manager) deliver(ctx context.Context, parent string, ref noteRef) (done
 		note.Error = err.Error()
 		d := notifyBackoffMin << min(max(note.Attempts-1, 0), 16)
 		note.Next = now.Add(min(d, notifyBackoffMax))
-		ob.next = note.Next
-		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", note.Key, "attempt", note.Attempts, "next", note.Next, "err", err)
+		ob.next = latest(ob.next, note.Next)
 		return false
 	}
-	ob.remove(ref)
-	if !ob.next.After(now) { // not a retry another notification of the parent waits for
-		ob.next = time.Time{}
-	}
+	ob.remove(p.ref)
 	return true
 }
 
@@ -375,42 +448,58 @@ func (ob *outbox) remove(ref noteRef) {
 // attemptSafely makes one attempt, bounded by twice the request timeout (a lookup or two,
 // then the post). A panic (in the Client or the Store) is logged and counts as a failed
 // attempt, retried like any other.
-func (m *Manager) attemptSafely(ctx context.Context, e *entry, parent, agent string, n Notification, held *[]*entry) (confirmed bool, err error) {
+func (m *Manager) attemptSafely(ctx context.Context, parent string, post []pendingNote, held *[]*entry) (confirmed bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			m.cfg.logger.Error("asyncagents: panic delivering a notification", "key", n.Key, "panic", r, "stack", string(debug.Stack()))
+			m.cfg.logger.Error("asyncagents: panic delivering a notification", "key", post[0].n.Key, "panic", r, "stack", string(debug.Stack()))
 			confirmed, err = false, fmt.Errorf("asyncagents: panic delivering a notification: %v", r)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.requestTimeout)
 	defer cancel()
-	return m.attempt(ctx, e, parent, agent, n, held)
+	return m.attempt(ctx, parent, post, held)
 }
 
-// attempt delivers n unless an earlier attempt already did: a notification that was posted
-// before (Attempts > 0) is looked up by its message id first. confirmed reports that the
-// server has shown the message (found, or answered with it); a prompt_async that was only
-// acknowledged is not. Under NotifyPerRun the notification is a prompt; otherwise it is
-// posted without reply. The post counts as acting on e from the lease check on, in *held
-// (see postCtx).
-func (m *Manager) attempt(ctx context.Context, e *entry, parent, agent string, n Notification, held *[]*entry) (confirmed bool, err error) {
-	_, confirmed, _, err = m.postOnce(ctx, parent, n.MessageID, nil, func(id string) error {
+// attempt delivers the notifications post, in one message, unless an earlier attempt already
+// did: notifications posted before (they share their MessageID; dueGroupsLocked merges only
+// such) are looked up by that id first. confirmed reports that the server has shown the
+// message (found, or answered with it); a prompt_async that was only acknowledged is not.
+// Under NotifyPerRun the notification is a prompt; otherwise the message is posted without
+// reply, with a visible part and a synthetic hint per notification. The post counts as acting
+// on the notifications' tasks from the lease check on, in *held (see postCtx).
+func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote, held *[]*entry) (confirmed bool, err error) {
+	ids := make([]string, 0, len(post))
+	for _, p := range post {
+		ids = append(ids, p.e.task.ID)
+	}
+	_, confirmed, _, err = m.postOnce(ctx, parent, post[0].n.MessageID, nil, func(id string) error {
 		m.mu.Lock()
-		if note := noteLocked(e, n.Key); note != nil {
-			note.MessageID = id
-			m.changedLocked(e)
+		for _, p := range post {
+			if note := noteLocked(p.e, p.n.Key); note != nil {
+				note.MessageID = id
+				m.changedLocked(p.e)
+			}
 		}
 		m.mu.Unlock()
-		return m.persist(e)
+		for i, p := range post {
+			if i > 0 && p.e == post[i-1].e {
+				continue
+			}
+			if err := m.persist(p.e); err != nil {
+				return err
+			}
+		}
+		return nil
 	}, func(id string) (bool, error) {
-		ctx, cancel, err := m.postCtx(ctx, held, e.task.ID)
+		ctx, cancel, err := m.postCtx(ctx, held, ids...)
 		if err != nil {
 			return false, err
 		}
 		defer cancel()
-		req := opencode.PromptRequest{
-			MessageID: id, Agent: agent,
-			Parts: []opencode.TextPartInput{opencode.NewText(n.Visible), opencode.NewSyntheticText(n.Hidden)},
+		req := opencode.PromptRequest{MessageID: id, Agent: post[0].e.task.ParentAgent,
+			Parts: make([]opencode.TextPartInput, 0, 2*len(post))}
+		for _, p := range post {
+			req.Parts = append(req.Parts, opencode.NewText(p.n.Visible), opencode.NewSyntheticText(p.n.Hidden))
 		}
 		if m.cfg.notifyPolicy == NotifyPerRun {
 			return false, m.client.PromptAsync(ctx, parent, req)

@@ -18,11 +18,14 @@ const (
 	NotificationFailed    NotificationState = "failed"    // given up; Error says why
 )
 
-// Notification is the message a task's parent session receives when a run of the task
-// ends: a visible text part and a synthetic hint for the parent's model, posted as one user
-// message (how it asks for the parent's turn is the [NotifyPolicy]). Notifications are part of the task's record, so a notification still pending when
-// the Manager closes or the host crashes is delivered by the next Manager on the same
-// [Store].
+// Notification is what a task's parent session receives when a run of the task ends: a
+// visible text part and a synthetic hint for the parent's model, in a user message (how it
+// asks for the parent's turn is the [NotifyPolicy]). A prompt ([NotifyPerRun]) is a message
+// of its own. Posted without reply, a parent's notifications that are due together share a
+// message, up to 128 of them and 64 KiB of text, each its visible part followed by its hint:
+// a burst of run ends costs a request per message, not per run end. Notifications are part
+// of the task's record, so a notification still pending when the Manager closes or the host
+// crashes is delivered by the next Manager on the same [Store].
 //
 // Each is posted with a message id chosen by the Manager (MessageID, newer than the parent's
 // last message). Before a retry the Manager asks the server for that message
@@ -34,8 +37,8 @@ type Notification struct {
 	State   NotificationState `json:"state"`
 	Visible string            `json:"visible"` // the visible part
 	Hidden  string            `json:"hidden"`  // the synthetic hint
-	// MessageID is the id of the parent's message that carries the notification, set before
-	// it is first posted.
+	// MessageID is the id of the parent's message that carries the notification (and the
+	// others merged into it), set before it is first posted.
 	MessageID string    `json:"messageID,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"` // delivery attempts so far, and failed ones at its turn prompt
 	Created   time.Time `json:"created"`            // when the run ended
@@ -70,7 +73,7 @@ type NotifyPolicy int
 // Notification policies.
 const (
 	// NotifyPerWave posts each notification with noReply the moment its run ends (the parent
-	// shows it at once), then asks for one turn for all the notifications its model has not
+	// shows it at once; those due together share a message), then asks for one turn for all the notifications its model has not
 	// seen: when the parent has no active task left, or when no run of its ended for the wave
 	// window ([WithWaveWindow]) and at most 5 windows after the first unseen one. The turn is
 	// a short prompt naming the tasks that ended since the parent's last turn and those still
@@ -79,7 +82,8 @@ const (
 	NotifyPerWave NotifyPolicy = iota
 	// NotifyPerRun posts each notification as a prompt: one parent turn per run end.
 	NotifyPerRun
-	// NotifyNoReply posts each notification with noReply and never asks for a turn; the
+	// NotifyNoReply posts each notification with noReply (those due together share a
+	// message) and never asks for a turn; the
 	// parent's model reads them at its next turn, whatever starts it.
 	NotifyNoReply
 )

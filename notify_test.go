@@ -59,6 +59,20 @@ func (c *flaky) PromptAsync(ctx context.Context, id string, req opencode.PromptR
 	return err
 }
 
+func (c *flaky) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	if c.isDown(id) {
+		return nil, errUnreachable
+	}
+	msg, err := c.FakeClient.Prompt(ctx, id, req)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.lose > 0 && req.MessageID != "" && id == c.loseIn {
+		c.lose--
+		return nil, errors.New("flaky: connection reset after the request was sent")
+	}
+	return msg, err
+}
+
 func (c *flaky) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
 	if c.isDown(id) {
 		return nil, errUnreachable
@@ -73,7 +87,8 @@ func (c *flaky) Message(ctx context.Context, id, msgID string) (*opencode.Messag
 	return c.FakeClient.Message(ctx, id, msgID)
 }
 
-// notifications returns the visible texts of the notifications in a parent session.
+// notifications returns the visible texts of the notifications in a parent session: each a
+// visible part followed by its synthetic hint, alone in a user message or merged with others.
 func notifications(t *testing.T, c opencode.Client, parent string) []string {
 	t.Helper()
 	msgs, err := c.Messages(context.Background(), parent, 0)
@@ -82,9 +97,25 @@ func notifications(t *testing.T, c opencode.Client, parent string) []string {
 	}
 	var out []string
 	for _, m := range msgs {
-		if m.Info.Role == opencode.RoleUser && len(m.Parts) == 2 && m.Parts[1].Synthetic &&
-			strings.Contains(m.Parts[0].Text, "Task Progress") {
-			out = append(out, m.Parts[0].Text)
+		for _, e := range notificationEntries(m) {
+			out = append(out, e.Text)
+		}
+	}
+	return out
+}
+
+// notificationEntries returns the visible parts of the notifications m carries: in a user
+// message, each part that names the task progress, is not synthetic, and is followed by a
+// synthetic hint.
+func notificationEntries(m opencode.Message) []opencode.Part {
+	if m.Info.Role != opencode.RoleUser {
+		return nil
+	}
+	var out []opencode.Part
+	for i := 0; i+1 < len(m.Parts); i++ {
+		if p := m.Parts[i]; !p.Synthetic && m.Parts[i+1].Synthetic && strings.Contains(p.Text, "Task Progress") {
+			out = append(out, p)
+			i++
 		}
 	}
 	return out
@@ -98,6 +129,53 @@ func waitNotifications(t *testing.T, c opencode.Client, parent string, n int) []
 		return len(got) >= n
 	})
 	return got
+}
+
+// N, R: notifications merged into one message whose answer was lost after the server stored
+// it are found by its message id, once for all of them, and not posted again.
+func TestMergedNotificationsAnswerLostAreNotDuplicated(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	caller := fakeParent(t, f)
+	c := &flaky{FakeClient: f}
+	gated := &concurrentPrompts{Client: c, gate: make(chan struct{})}
+	m := newManager(t, gated, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	ids := launchHeld(t, m, f, caller, 6)
+	release(t, f, ids...)
+	waitFor(t, 20*time.Second, func() bool {
+		for _, id := range ids {
+			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	c.mu.Lock()
+	c.lose, c.loseIn = len(ids), caller.SessionID // every post's answer
+	c.mu.Unlock()
+	close(gated.gate)
+	posted := awaitNotified(t, m, 20*time.Second, ids)
+	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+		t.Fatalf("parent got %d notifications, want %d: %q", len(got), len(ids), got)
+	}
+	gated.mu.Lock()
+	carried := slices.Clone(gated.carried)
+	gated.mu.Unlock()
+	slices.Sort(posted)
+	if total := sumOf(carried); total != len(ids) || len(carried) == len(ids) || len(slices.Compact(posted)) != len(carried) {
+		t.Errorf("notifications per message posted: %v, in messages %v; want %d merged, none posted again", carried, posted, len(ids))
+	}
+	for _, id := range ids {
+		if task, _ := m.Get(id); task.Notifications[0].Attempts != 2 {
+			t.Errorf("task %s: %d attempts, want the lost post and the check that found it", id, task.Notifications[0].Attempts)
+		}
+	}
+}
+
+func sumOf(v []int) (n int) {
+	for _, x := range v {
+		n += x
+	}
+	return n
 }
 
 // N, R: a notification whose answer was lost after the server created it is found by its
@@ -257,9 +335,8 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
 		t.Errorf("reads of the parent in a wave of 5: %v, want one [1]", reads)
 	}
-	slices.Sort(posted)
-	if len(slices.Compact(posted)) != 5 {
-		t.Errorf("notification ids %v: want 5 distinct", posted)
+	if got := notifications(t, f, caller.SessionID); slices.Contains(posted, "") || len(got) != 5 {
+		t.Errorf("notification ids %v, %d in the parent: want 5 posted, alone or merged", posted, len(got))
 	}
 	waitFor(t, 10*time.Second, func() bool { return asyncagents.FollowedParents(m) == 0 }) // once the wave is over
 

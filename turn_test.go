@@ -310,12 +310,15 @@ func TestNotifyPolicyOptionsValidated(t *testing.T) {
 
 // N on the real server: three runs of one parent that end together cost the parent's
 // model one request, whose context holds the three notifications (posted without reply) and
-// the turn prompt naming them; each is in the parent once.
+// the turn prompt naming them; each is in the parent once. The first notification's post is
+// held until the three runs have ended, so the other two are merged into one message: the
+// model reads both entries of it.
 func TestRealServerWaveOneTurnN(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
-	m, caller := streamManager(t, c)
+	gated := &concurrentPrompts{Client: c, gate: make(chan struct{})}
+	m, caller := streamManager(t, gated)
 	tag := "wave-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	const n = 3
 	ids := make([]string, n)
@@ -335,7 +338,22 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	waitFor(t, 60*time.Second, func() bool {
+		for _, id := range ids {
+			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	close(gated.gate)
 	awaitNotified(t, m, 60*time.Second, ids)
+	gated.mu.Lock()
+	carried := slices.Clone(gated.carried)
+	gated.mu.Unlock()
+	if !slices.Contains(carried, n-1) {
+		t.Errorf("notifications per message posted: %v, want the last %d in one", carried, n-1)
+	}
 	waitFor(t, 30*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
 	var turns []opencodetest.Request
 	waitFor(t, 30*time.Second, func() bool {
@@ -369,8 +387,8 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 			assistants++
 		}
 	}
-	if users != n+1 || assistants != 1 {
-		t.Errorf("parent has %d user and %d assistant messages, want %d and 1", users, assistants, n+1)
+	if users < 2 || users > n+1 || assistants != 1 { // the prompt and the turn's, and the notifications, merged or not
+		t.Errorf("parent has %d user and %d assistant messages, want 2 to %d and 1", users, assistants, n+1)
 	}
 }
 
@@ -398,45 +416,97 @@ func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
 	}
 }
 
-// concurrentPrompts records the most Prompt calls (posts without reply) in flight at once.
+// concurrentPrompts records the most Prompt calls (posts without reply) in flight at once
+// and the notifications each carried; a call waits until gate, when not nil, is closed.
 type concurrentPrompts struct {
 	opencode.Client
+	gate      chan struct{}
 	mu        sync.Mutex
 	now, most int
+	carried   []int // notifications per call: a visible part and a hint each
 }
 
 func (c *concurrentPrompts) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
 	c.mu.Lock()
 	c.now++
 	c.most = max(c.most, c.now)
+	c.carried = append(c.carried, len(req.Parts)/2)
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		c.now--
 		c.mu.Unlock()
 	}()
+	if c.gate != nil {
+		<-c.gate
+	}
 	time.Sleep(20 * time.Millisecond) // a server's answer
 	return c.Client.Prompt(ctx, id, req)
 }
 
-// N: a burst of one parent's notifications, posted without reply, goes up to 8 at once, each
-// once.
-func TestWaveNotificationsPostedEightAtOnceN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	c := &concurrentPrompts{Client: f}
-	m, caller := streamManager(t, c)
-	ids := launchHeld(t, m, f, caller, 30)
-	release(t, f, ids...)
-	awaitNotified(t, m, 20*time.Second, ids)
-	c.mu.Lock()
-	most := c.most
-	c.mu.Unlock()
+// N-3: the notifications of a burst under one parent, posted without reply, are merged: those
+// due together share one message, at most 128 to a message and up to 8 messages at once, and
+// each run end is one entry in one message.
+func TestWaveNotificationsMergedN(t *testing.T) {
+	const n = 300
+	carried, most := mergedBurst(t, n, "d")
+	if want := 1 + (n-1+127)/128; len(carried) > want || slices.Max(carried) > 128 {
+		t.Errorf("notifications per message posted: %v; want at most %d messages of at most 128", carried, want)
+	}
 	if most < 2 || most > 8 {
-		t.Errorf("at most %d notifications were posted at once, want 2 to 8", most)
+		t.Errorf("at most %d messages were posted at once, want 2 to 8", most)
 	}
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
-		t.Errorf("parent has %d notifications, want %d", len(got), len(ids))
+}
+
+// N-3: a merged message carries at most 64 KiB of text: notifications of 20,000-character
+// descriptions go three to a message.
+func TestWaveNotificationsMergedUpTo64KiBN(t *testing.T) {
+	carried, _ := mergedBurst(t, 10, strings.Repeat("long description ", 20000/17))
+	if slices.Max(carried) != 3 {
+		t.Errorf("notifications per message posted: %v; want at most 3, and 3 while 3 are due", carried)
 	}
+}
+
+// mergedBurst launches n held runs under one parent with description, ends them together and
+// holds the first notification's post until every run has ended, so that the others are due
+// together. It checks that each run end is one entry in the parent and that the tasks name
+// the messages posted, and returns the notifications each post carried and the most posts
+// in flight at once.
+func mergedBurst(t *testing.T, n int, description string) (carried []int, most int) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &concurrentPrompts{Client: f, gate: make(chan struct{})}
+	m, caller := streamManager(t, c)
+	ids := make([]string, n)
+	for i := range n {
+		task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: description, Agent: "general", Prompt: "held"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = task.ID
+		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+	}
+	release(t, f, ids...)
+	waitFor(t, 20*time.Second, func() bool {
+		for _, id := range ids {
+			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	close(c.gate)
+	posted := awaitNotified(t, m, 20*time.Second, ids)
+	c.mu.Lock()
+	most, carried = c.most, slices.Clone(c.carried)
+	c.mu.Unlock()
+	if got := notifications(t, f, caller.SessionID); len(got) != n {
+		t.Errorf("parent has %d notifications, want %d", len(got), n)
+	}
+	slices.Sort(posted)
+	if distinct := len(slices.Compact(posted)); distinct != len(carried) {
+		t.Errorf("tasks name %d messages, %d were posted", distinct, len(carried))
+	}
+	return carried, most
 }
 
 // swallowClient acknowledges the next swallow prompt_async posts to session in without
