@@ -377,31 +377,29 @@ func (r *runMirror) place(id string, user bool) *opencode.MessageInfo {
 // partEvent is what the Manager reads of a message.part.updated event's part: what progress
 // counts (a tool part's id and tool) and what a mirror keeps; the rest (a tool's input and
 // output) is skipped.
-type partEvent struct {
-	ID        string `json:"id"`
-	MessageID string `json:"messageID"`
-	Type      string `json:"type"`
-	Tool      string `json:"tool"`    // tool
-	Text      string `json:"text"`    // text
-	Ignored   bool   `json:"ignored"` // text
-	Time      struct {
-		End int64 `json:"end"`
-	} `json:"time"` // text, reasoning
-	State struct {
-		Status string `json:"status"`
-	} `json:"state"` // tool
-}
+type partEvent struct{ opencode.PartFacts }
 
-// decodePart reads the part of a message.part.updated event's properties; ok is false when
-// they hold none.
+// decodePart reads the part of a message.part.updated event's properties, scanned
+// (opencode.ScanPart) or else decoded; ok is false when they hold none.
 func decodePart(props []byte) (p partEvent, ok bool) {
-	var ev struct {
-		Part *partEvent `json:"part"`
+	f, ok := opencode.ScanPart(props)
+	if !ok {
+		var ev struct {
+			Part *struct {
+				ID, MessageID, Type, Tool, Text string
+				Ignored                         bool
+				Time                            struct{ End int64 }
+				State                           struct{ Status string }
+			}
+		}
+		if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
+			return partEvent{}, false
+		}
+		d := ev.Part
+		f = opencode.PartFacts{ID: d.ID, MessageID: d.MessageID, Type: d.Type, Tool: d.Tool, Text: d.Text,
+			Ignored: d.Ignored, End: d.Time.End, Status: d.State.Status}
 	}
-	if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
-		return partEvent{}, false
-	}
-	return *ev.Part, ev.Part.ID != "" && ev.Part.Type != ""
+	return partEvent{f}, f.ID != "" && f.Type != ""
 }
 
 // final reports whether a part will not change: streamed text and reasoning end with an end
@@ -409,9 +407,9 @@ func decodePart(props []byte) (p partEvent, ok bool) {
 func (p *partEvent) final() bool {
 	switch p.Type {
 	case opencode.PartText, opencode.PartReasoning:
-		return p.Time.End != 0
+		return p.End != 0
 	case opencode.PartTool:
-		return p.State.Status == opencode.ToolCompleted || p.State.Status == opencode.ToolError
+		return p.Status == opencode.ToolCompleted || p.Status == opencode.ToolError
 	}
 	return true
 }

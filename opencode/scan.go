@@ -2,6 +2,7 @@ package opencode
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 )
 
@@ -156,19 +157,113 @@ func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
 				if string(key) != "completed" {
 					return !foldsTo(key, "completed")
 				}
-				digits := bytes.TrimPrefix(val, []byte("-"))
-				n, err := strconv.ParseInt(string(val), 10, 64)
-				if err != nil || val[0] == '+' || (len(digits) > 1 && digits[0] == '0') { // JSON has neither
-					return false
-				}
+				n, ok := scanInt(val)
 				f.Completed = n
-				return true
+				return ok
 			})
 		}
 		return !foldsTo(key, "id", "parentID", "role", "finish", "error", "time")
 	})
 	if !ok {
 		return InfoFacts{}, false
+	}
+	return f, true
+}
+
+// scanInt reads a JSON number that is a plain integer (no fraction or exponent) and fits an
+// int64, as encoding/json reads one into an int64; ok is false for anything else.
+func scanInt(val []byte) (n int64, ok bool) {
+	digits := bytes.TrimPrefix(val, []byte("-"))
+	n, err := strconv.ParseInt(string(val), 10, 64)
+	if err != nil || val[0] == '+' || (len(digits) > 1 && digits[0] == '0') { // JSON has neither
+		return 0, false
+	}
+	return n, true
+}
+
+// PartFacts is what [ScanPart] reads of a message.part.updated event's part.
+type PartFacts struct {
+	ID, MessageID, Type string
+	Tool                string // a tool part's tool
+	Text                string // a text or reasoning part's text so far
+	Ignored             bool   // a text part the model does not see
+	End                 int64  // time.end, ms since the epoch: a streamed part is whole; 0 when absent
+	Status              string // a tool part's state.status
+}
+
+// ScanPart reads the id, messageID, type, tool, text, ignored, time.end and state.status of
+// the part in the properties of a message.part.updated event ({…,"part":{…},…}) by walking
+// the JSON's keys and skipping the values it does not need (a tool's input and output), as
+// ScanMessageInfo does, and declines what it does not read exactly as encoding/json would:
+// ok is false for whitespace between tokens, a key with an escape, a field it reads that is
+// null or of another type, a number that is not a plain integer, a repeated key it needs or
+// one spelled in another case, no part; the caller decodes then. The text may hold escapes
+// and any UTF-8: it alone is decoded, with encoding/json.
+func ScanPart(props []byte) (f PartFacts, ok bool) {
+	var part []byte
+	if !eachMember(props, func(key, val []byte) bool {
+		if string(key) == "part" {
+			if part != nil {
+				return false
+			}
+			part = val
+		}
+		return !foldsTo(key, "part")
+	}) || len(part) == 0 || part[0] != '{' {
+		return PartFacts{}, false
+	}
+	var seen uint8
+	once := func(bit uint8) bool {
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	}
+	str := func(dst *string, val []byte) bool {
+		s, rest, ok := scanString(val)
+		if !ok || len(rest) != 0 {
+			return false
+		}
+		*dst = string(s)
+		return true
+	}
+	ok = eachMember(part, func(key, val []byte) bool {
+		switch string(key) {
+		case "id":
+			return once(1) && str(&f.ID, val)
+		case "messageID":
+			return once(2) && str(&f.MessageID, val)
+		case "type":
+			return once(4) && str(&f.Type, val)
+		case "tool":
+			return once(8) && str(&f.Tool, val)
+		case "text":
+			return once(16) && (str(&f.Text, val) || val[0] == '"' && json.Unmarshal(val, &f.Text) == nil)
+		case "ignored":
+			f.Ignored = string(val) == "true"
+			return once(32) && (f.Ignored || string(val) == "false")
+		case "time":
+			return once(64) && val[0] == '{' && eachMember(val, func(key, val []byte) bool {
+				if string(key) != "end" {
+					return !foldsTo(key, "end")
+				}
+				n, ok := scanInt(val)
+				f.End = n
+				return ok
+			})
+		case "state":
+			return once(128) && val[0] == '{' && eachMember(val, func(key, val []byte) bool {
+				if string(key) != "status" {
+					return !foldsTo(key, "status")
+				}
+				return str(&f.Status, val)
+			})
+		}
+		return !foldsTo(key, "id", "messageID", "type", "tool", "text", "ignored", "time", "state")
+	})
+	if !ok {
+		return PartFacts{}, false
 	}
 	return f, true
 }

@@ -2,6 +2,7 @@ package opencode_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -170,6 +171,93 @@ func BenchmarkScanMessageInfo(b *testing.B) {
 	b.Run("json", func(b *testing.B) {
 		for b.Loop() {
 			infoByJSON(props)
+		}
+	})
+}
+
+// partByJSON is what encoding/json reads of the fields ScanPart reads.
+func partByJSON(props []byte) (opencode.PartFacts, error) {
+	var ev struct {
+		Part *struct {
+			ID, MessageID, Type, Tool, Text string
+			Ignored                         bool
+			Time                            struct{ End int64 }
+			State                           struct{ Status string }
+		}
+	}
+	if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
+		return opencode.PartFacts{}, fmt.Errorf("no part: %v", err)
+	}
+	p := ev.Part
+	return opencode.PartFacts{ID: p.ID, MessageID: p.MessageID, Type: p.Type, Tool: p.Tool, Text: p.Text,
+		Ignored: p.Ignored, End: p.Time.End, Status: p.State.Status}, nil
+}
+
+var partSeeds = []string{
+	`{"sessionID":"ses_1","part":{"id":"prt_1","sessionID":"ses_1","messageID":"msg_2","type":"text","text":"Found 3 warnings.","time":{"start":1795215783287,"end":1795215783290}},"time":1795215783290}`,
+	`{"sessionID":"ses_1","part":{"id":"prt_1","sessionID":"ses_1","messageID":"msg_2","type":"text","text":"line one\nline \"two\" — ünïcode \ud83d\ude00","ignored":true,"time":{"start":1}}}`,
+	`{"sessionID":"ses_1","part":{"id":"prt_3","sessionID":"ses_1","messageID":"msg_2","type":"tool","callID":"c1","tool":"bash","state":{"status":"completed","input":{"command":"ls \"}{\""},"output":"a\nb","title":"ls","metadata":{},"time":{"start":1,"end":2}}}}`,
+	`{"sessionID":"ses_1","part":{"id":"prt_4","sessionID":"ses_1","messageID":"msg_2","type":"step-finish","reason":"stop","cost":0,"tokens":{"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}}}}`,
+}
+
+// ScanPart reads what encoding/json reads, or declines (then the caller decodes).
+func TestScanPart(t *testing.T) {
+	for _, c := range []struct {
+		props string
+		ok    bool
+	}{
+		{partSeeds[0], true},
+		{partSeeds[1], true}, // escapes and UTF-8 in the text: it alone is decoded
+		{partSeeds[2], true},
+		{partSeeds[3], true},
+		{`{"sessionID":"ses_1","part":{"id":"prt_\u0031","type":"text"}}`, false},      // an escape in an id
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","Type":"text"}}`, false},           // another case
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","type":"text","type":"x"}}`, false}, // repeated
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","text":null}}`, false},              // null
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","ignored":1}}`, false},              // another type
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","time":{"end":1e3}}}`, false},       // not an integer
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","state":{"status":3}}}`, false},     // another type
+		{`{"sessionID":"ses_1", "part":{"id":"prt_1"}}`, false},                         // whitespace
+		{`{"sessionID":"ses_1"}`, false},                                                // no part
+		{`{"sessionID":"ses_1","part":null}`, false},
+	} {
+		got, ok := opencode.ScanPart([]byte(c.props))
+		if ok != c.ok {
+			t.Errorf("ScanPart(%s) ok = %v, want %v", c.props, ok, c.ok)
+		}
+		if want, err := partByJSON([]byte(c.props)); ok && (err != nil || got != want) {
+			t.Errorf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
+		}
+	}
+}
+
+// FuzzScanPart: what ScanPart reads of properties that are JSON is what encoding/json
+// reads. Run with go test -fuzz FuzzScanPart ./opencode/.
+func FuzzScanPart(f *testing.F) {
+	for _, s := range partSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, props []byte) {
+		got, ok := opencode.ScanPart(props)
+		if !ok || !json.Valid(props) {
+			return
+		}
+		if want, err := partByJSON(props); err != nil || got != want {
+			t.Fatalf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
+		}
+	})
+}
+
+func BenchmarkScanPart(b *testing.B) {
+	props := []byte(partSeeds[0])
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			opencode.ScanPart(props)
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		for b.Loop() {
+			partByJSON(props)
 		}
 	})
 }
