@@ -210,8 +210,8 @@ func TestScanPart(t *testing.T) {
 		{partSeeds[1], true}, // escapes and UTF-8 in the text: it alone is decoded
 		{partSeeds[2], true},
 		{partSeeds[3], true},
-		{`{"sessionID":"ses_1","part":{"id":"prt_\u0031","type":"text"}}`, false},      // an escape in an id
-		{`{"sessionID":"ses_1","part":{"id":"prt_1","Type":"text"}}`, false},           // another case
+		{`{"sessionID":"ses_1","part":{"id":"prt_\u0031","type":"text"}}`, false},       // an escape in an id
+		{`{"sessionID":"ses_1","part":{"id":"prt_1","Type":"text"}}`, false},            // another case
 		{`{"sessionID":"ses_1","part":{"id":"prt_1","type":"text","type":"x"}}`, false}, // repeated
 		{`{"sessionID":"ses_1","part":{"id":"prt_1","text":null}}`, false},              // null
 		{`{"sessionID":"ses_1","part":{"id":"prt_1","ignored":1}}`, false},              // another type
