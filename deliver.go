@@ -326,6 +326,7 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	post := make([]pendingNote, 0, len(refs))
+	var gone []noteRef
 	for _, ref := range refs {
 		e := m.tasks[ref.task]
 		var note *Notification
@@ -333,11 +334,12 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 			note = noteLocked(e, ref.key)
 		}
 		if note == nil || note.State != NotificationPending { // cleared meanwhile
-			ob.remove(ref)
+			gone = append(gone, ref)
 			continue
 		}
 		post = append(post, pendingNote{ref: ref, e: e, n: *note})
 	}
+	ob.remove(gone)
 	m.mu.Unlock()
 	if len(post) == 0 {
 		return true
@@ -361,10 +363,14 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 
 	m.mu.Lock()
 	now := m.now()
-	done = true
+	gone = gone[:0]
 	for _, p := range post {
-		done = m.settleLocked(ob, parent, p, confirmed, err, now) && done
+		if m.settleLocked(ob, parent, p, confirmed, err, now) {
+			gone = append(gone, p.ref)
+		}
 	}
+	ob.remove(gone)
+	done = len(gone) == len(post)
 	if !ob.next.After(now) { // not a retry another notification of the parent waits for
 		ob.next = time.Time{}
 	}
@@ -387,11 +393,11 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 }
 
 // settleLocked sets the outcome of one attempt (confirmed, err) at p and reports whether the
-// outbox is done with it (delivered, failed or gone); otherwise it waits in ob for a retry.
+// outbox is done with it (delivered, failed or gone: the caller removes it); otherwise it
+// waits in ob for a retry.
 func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirmed bool, err error, now time.Time) (done bool) {
 	note := noteLocked(p.e, p.ref.key)
 	if note == nil || p.e.removed {
-		ob.remove(p.ref)
 		return true
 	}
 	if lostLease(err) { // not posted: the task is being handed over, or was; its holder delivers
@@ -424,21 +430,27 @@ func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirm
 		ob.next = latest(ob.next, note.Next)
 		return false
 	}
-	ob.remove(p.ref)
 	return true
 }
 
-// remove drops ref from the queue: usually the oldest.
-func (ob *outbox) remove(ref noteRef) {
-	i := slices.Index(ob.queue, ref)
-	switch {
-	case i < 0:
+// remove drops refs from the queue in one pass: usually the oldest, in order (a message's
+// notifications are consecutive), and then it only cuts them off.
+func (ob *outbox) remove(refs []noteRef) {
+	switch n := len(refs); {
+	case n == 0:
 		return
-	case i == 0:
-		ob.queue[0] = noteRef{}
-		ob.queue = ob.queue[1:]
+	case n <= len(ob.queue) && slices.Equal(ob.queue[:n], refs):
+		clear(ob.queue[:n])
+		ob.queue = ob.queue[n:]
 	default:
-		ob.queue = slices.Delete(ob.queue, i, i+1)
+		drop := make(map[noteRef]struct{}, n)
+		for _, r := range refs {
+			drop[r] = struct{}{}
+		}
+		ob.queue = slices.DeleteFunc(ob.queue, func(r noteRef) bool {
+			_, ok := drop[r]
+			return ok
+		})
 	}
 	if len(ob.queue) == 0 {
 		ob.queue = nil // let a burst's backing array go
