@@ -88,8 +88,9 @@
 // [WithNotifyHorizon], and checked for by its message id before a retry so that a lost answer
 // does not post it twice; one posted with prompt_async counts once the server shows its
 // message, and is posted again when a minute later it does not. By default ([NotifyPerWave])
-// notifications are posted without reply and the parent is asked for one turn per wave of run
-// ends, with a prompt posted under the same rules. With a [FileStore] all of this survives a
+// notifications are posted without reply, those of a parent due together merged into one
+// message, and the parent is asked for one turn per wave of run ends, with a prompt posted
+// under the same rules. With a [FileStore] all of this survives a
 // restart of the host.
 //
 // # Goroutines and panics
@@ -98,7 +99,7 @@
 // number of tasks: 4 + n always (the event stream, the goroutine applying its events, the
 // status poll, the notifier, and n reconcilers, [WithReconcilers]); during a burst of run ends
 // up to 64 reconcilers in all and 32 notification workers, one parent session each, each
-// with up to 7 more goroutines posting that parent's notifications; right
+// with up to 7 more goroutines posting that parent's merged notifications; right
 // after [New], one that starts the stored queued tasks and one that sends the stored
 // follow-ups; with [WithPermissionPolicy], one per permission request being answered.
 // [Manager.Close] stops them all and waits.
