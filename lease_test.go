@@ -544,6 +544,100 @@ func TestHandoverDuringDeliveryH5(t *testing.T) {
 	}
 }
 
+// holdingSaves is a pgstore that holds the first save of each task in hold that records a
+// pending notification's message id (the step before its post) until the task's channel is
+// closed, and sends the task's id on held when it does.
+type holdingSaves struct {
+	*pgstore.Store
+	held chan string
+	mu   sync.Mutex
+	hold map[string]chan struct{}
+}
+
+func (s *holdingSaves) Save(ctx context.Context, t asyncagents.Task) error {
+	if n := len(t.Notifications); n > 0 && t.Notifications[n-1].State == asyncagents.NotificationPending && t.Notifications[n-1].MessageID != "" {
+		s.mu.Lock()
+		gate := s.hold[t.ID]
+		delete(s.hold, t.ID)
+		s.mu.Unlock()
+		if gate != nil {
+			s.held <- t.ID
+			<-gate
+		}
+	}
+	return s.Store.Save(ctx, t)
+}
+
+// H-5 and exactly once with merged notifications: two notifications of a parent that share a
+// message are being recorded (the save of the first is held for 2 s) when another Manager
+// asks for the second task, which its holder hands over meanwhile. The merged post is not
+// made (the second is no longer the holder's to post); the first goes alone, the second is
+// posted by its new holder, and the parent gets each once.
+func TestHandoverOfAMergedNotificationH5(t *testing.T) {
+	_, url, f, caller := pgCase(t)
+	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
+	store := &holdingSaves{Store: openPG(t, url), held: make(chan string, 2), hold: map[string]chan struct{}{}}
+	a := newManager(t, f, append(opts, asyncagents.WithStore(store))...)
+	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	ids := launchHeld(t, a, f, caller, 3) // w, x, y
+	w, x, y := ids[0], ids[1], ids[2]
+	gateW, gateX := make(chan struct{}), make(chan struct{})
+	store.mu.Lock()
+	store.hold[w], store.hold[x] = gateW, gateX
+	store.mu.Unlock()
+	heldIs := func(want string) {
+		t.Helper()
+		select {
+		case got := <-store.held:
+			if got != want {
+				t.Fatalf("held the save of %s, want %s", got, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no save of %s held", want)
+		}
+	}
+	release(t, f, w)
+	heldIs(w) // w's notification is being recorded: x's and y's queue behind it
+	release(t, f, x, y)
+	waitFor(t, 20*time.Second, func() bool {
+		for _, id := range []string{x, y} {
+			if task, err := a.Get(id); err != nil || len(task.Notifications) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	close(gateW)
+	heldIs(x) // x's and y's, merged, are being recorded
+	out := make(chan error, 1)
+	go func() {
+		_, err := b.Output(context.Background(), caller, y, asyncagents.OutputOptions{})
+		out <- err
+	}()
+	time.Sleep(2 * time.Second) // A sees B's request within a second, and hands y over
+	close(gateX)
+	select {
+	case err := <-out:
+		if err != nil {
+			t.Fatalf("Output on B: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Output on B did not return")
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		tx, errX := a.Get(x)
+		ty, errY := b.Get(y)
+		return errX == nil && errY == nil && len(tx.Notifications) == 1 && len(ty.Notifications) == 1 &&
+			tx.Notifications[0].State == asyncagents.NotificationDelivered && ty.Notifications[0].State == asyncagents.NotificationDelivered
+	})
+	settledNotifications(t, f, caller.SessionID, 3)
+	tx, _ := a.Get(x)
+	ty, _ := b.Get(y)
+	if tx.Notifications[0].MessageID == ty.Notifications[0].MessageID {
+		t.Errorf("x and y were delivered in one message %s, want each in its own", tx.Notifications[0].MessageID)
+	}
+}
+
 // failingSaves is a pgstore whose saves fail (as when the database is unreachable) until
 // the time until, in Unix nanoseconds; failed counts them.
 type failingSaves struct {
