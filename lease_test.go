@@ -515,21 +515,7 @@ func TestHandoverDuringDeliveryH5(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("A posted no notification")
 	}
-	out := make(chan error, 1)
-	go func() {
-		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
-		out <- err
-	}()
-	time.Sleep(2 * time.Second) // A sees B's request within a second, and would hand over now
-	close(release)
-	select {
-	case err := <-out:
-		if err != nil {
-			t.Fatalf("Output on B: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Output on B did not return")
-	}
+	outputMeanwhile(t, b, caller, id, release) // A sees B's request within a second, and would hand over now
 	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
 		t.Fatalf("A still has the task B asked for: %v", err)
 	}
@@ -599,31 +585,10 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	release(t, f, w)
 	heldIs(w) // w's notification is being recorded: x's and y's queue behind it
 	release(t, f, x, y)
-	waitFor(t, 20*time.Second, func() bool {
-		for _, id := range []string{x, y} {
-			if task, err := a.Get(id); err != nil || len(task.Notifications) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitRunEndsRecorded(t, a, 20*time.Second, x, y)
 	close(gateW)
-	heldIs(x) // x's and y's, merged, are being recorded
-	out := make(chan error, 1)
-	go func() {
-		_, err := b.Output(context.Background(), caller, y, asyncagents.OutputOptions{})
-		out <- err
-	}()
-	time.Sleep(2 * time.Second) // A sees B's request within a second, and hands y over
-	close(gateX)
-	select {
-	case err := <-out:
-		if err != nil {
-			t.Fatalf("Output on B: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Output on B did not return")
-	}
+	heldIs(x)                               // x's and y's, merged, are being recorded
+	outputMeanwhile(t, b, caller, y, gateX) // A sees B's request within a second, and hands y over
 	waitFor(t, 20*time.Second, func() bool {
 		tx, errX := a.Get(x)
 		ty, errY := b.Get(y)
@@ -635,6 +600,28 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	ty, _ := b.Get(y)
 	if tx.Notifications[0].MessageID == ty.Notifications[0].MessageID {
 		t.Errorf("x and y were delivered in one message %s, want each in its own", tx.Notifications[0].MessageID)
+	}
+}
+
+// outputMeanwhile calls Output of task id on b, and 2 s later (its holder sees the request
+// within a second, and hands the task over, or would) closes release; it fails t unless the
+// Output returns without an error within 30 s of that.
+func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Caller, id string, release chan struct{}) {
+	t.Helper()
+	out := make(chan error, 1)
+	go func() {
+		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
+		out <- err
+	}()
+	time.Sleep(2 * time.Second)
+	close(release)
+	select {
+	case err := <-out:
+		if err != nil {
+			t.Fatalf("Output on B: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Output on B did not return")
 	}
 }
 

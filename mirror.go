@@ -379,27 +379,11 @@ func (r *runMirror) place(id string, user bool) *opencode.MessageInfo {
 // output) is skipped.
 type partEvent struct{ opencode.PartFacts }
 
-// decodePart reads the part of a message.part.updated event's properties, scanned
-// (opencode.ScanPart) or else decoded; ok is false when they hold none.
+// decodePart reads the part of a message.part.updated event's properties (opencode.ReadPart:
+// scanned, or else decoded); ok is false when they hold none, or one without an id or type.
 func decodePart(props []byte) (p partEvent, ok bool) {
-	f, ok := opencode.ScanPart(props)
-	if !ok {
-		var ev struct {
-			Part *struct {
-				ID, MessageID, Type, Tool, Text string
-				Ignored                         bool
-				Time                            struct{ End int64 }
-				State                           struct{ Status string }
-			}
-		}
-		if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
-			return partEvent{}, false
-		}
-		d := ev.Part
-		f = opencode.PartFacts{ID: d.ID, MessageID: d.MessageID, Type: d.Type, Tool: d.Tool, Text: d.Text,
-			Ignored: d.Ignored, End: d.Time.End, Status: d.State.Status}
-	}
-	return partEvent{f}, f.ID != "" && f.Type != ""
+	f, ok := opencode.ReadPart(props)
+	return partEvent{f}, ok && f.ID != "" && f.Type != ""
 }
 
 // final reports whether a part will not change: streamed text and reasoning end with an end

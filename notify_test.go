@@ -141,14 +141,7 @@ func TestMergedNotificationsAnswerLostAreNotDuplicated(t *testing.T) {
 	m := newManager(t, gated, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ids := launchHeld(t, m, f, caller, 6)
 	release(t, f, ids...)
-	waitFor(t, 20*time.Second, func() bool {
-		for _, id := range ids {
-			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitRunEndsRecorded(t, m, 20*time.Second, ids...)
 	c.mu.Lock()
 	c.lose, c.loseIn = len(ids), caller.SessionID // every post's answer
 	c.mu.Unlock()

@@ -338,14 +338,7 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitFor(t, 60*time.Second, func() bool {
-		for _, id := range ids {
-			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitRunEndsRecorded(t, m, 60*time.Second, ids...)
 	close(gated.gate)
 	awaitNotified(t, m, 60*time.Second, ids)
 	gated.mu.Lock()
@@ -414,6 +407,19 @@ func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
 	if d := time.Since(start); d < 4*window {
 		t.Errorf("turn after %v, want about %v", d, 5*window)
 	}
+}
+
+// waitRunEndsRecorded waits until m has recorded the notification of a run end of each task of ids.
+func waitRunEndsRecorded(t *testing.T, m *asyncagents.Manager, within time.Duration, ids ...string) {
+	t.Helper()
+	waitFor(t, within, func() bool {
+		for _, id := range ids {
+			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // concurrentPrompts records the most Prompt calls (posts without reply) in flight at once
@@ -486,14 +492,7 @@ func mergedBurst(t *testing.T, n int, description string) (carried []int, most i
 		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
 	}
 	release(t, f, ids...)
-	waitFor(t, 20*time.Second, func() bool {
-		for _, id := range ids {
-			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitRunEndsRecorded(t, m, 20*time.Second, ids...)
 	close(c.gate)
 	posted := awaitNotified(t, m, 20*time.Second, ids)
 	c.mu.Lock()

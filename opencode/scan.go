@@ -3,6 +3,7 @@ package opencode
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 )
 
@@ -111,34 +112,12 @@ type InfoFacts struct {
 // the caller decodes then. Like the other readers here, it trusts the server to write JSON. A value
 // it skips is only delimited (brackets matched, strings skipped), not checked.
 func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
-	var info []byte
-	if !eachMember(props, func(key, val []byte) bool {
-		if string(key) == "info" {
-			if info != nil {
-				return false
-			}
-			info = val
-		}
-		return !foldsTo(key, "info")
-	}) || len(info) == 0 || info[0] != '{' {
+	info, ok := soleObject(props, "info")
+	if !ok {
 		return InfoFacts{}, false
 	}
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
-	str := func(dst *string, val []byte) bool {
-		s, rest, ok := scanString(val)
-		if !ok || len(rest) != 0 {
-			return false
-		}
-		*dst = string(s)
-		return true
-	}
+	var seen keySet
+	once, str := seen.once, readString
 	ok = eachMember(info, func(key, val []byte) bool {
 		switch string(key) {
 		case "id":
@@ -168,6 +147,47 @@ func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
 		return InfoFacts{}, false
 	}
 	return f, true
+}
+
+// soleObject returns the object that is the value of name in the JSON object obj, as
+// eachMember reads obj; ok is false when obj is not read whole, name is absent, repeated or
+// spelled in another case too, or its value is not an object.
+func soleObject(obj []byte, name string) (val []byte, ok bool) {
+	if !eachMember(obj, func(key, v []byte) bool {
+		if string(key) == name {
+			if val != nil {
+				return false
+			}
+			val = v
+		}
+		return !foldsTo(key, name)
+	}) || len(val) == 0 || val[0] != '{' {
+		return nil, false
+	}
+	return val, true
+}
+
+// keySet records which of up to 8 keys an object had, to decline one that is repeated.
+type keySet uint8
+
+// once reports whether the key of bit is seen for the first time, and records it.
+func (s *keySet) once(bit uint8) bool {
+	if uint8(*s)&bit != 0 {
+		return false
+	}
+	*s |= keySet(bit)
+	return true
+}
+
+// readString sets *dst to the JSON string val, which must hold nothing else; ok is false for
+// one that scanString does not read (an escape, a byte outside ASCII).
+func readString(dst *string, val []byte) bool {
+	s, rest, ok := scanString(val)
+	if !ok || len(rest) != 0 {
+		return false
+	}
+	*dst = string(s)
+	return true
 }
 
 // scanInt reads a JSON number that is a plain integer (no fraction or exponent) and fits an
@@ -200,34 +220,12 @@ type PartFacts struct {
 // one spelled in another case, no part; the caller decodes then. The text may hold escapes
 // and any UTF-8: it alone is decoded, with encoding/json.
 func ScanPart(props []byte) (f PartFacts, ok bool) {
-	var part []byte
-	if !eachMember(props, func(key, val []byte) bool {
-		if string(key) == "part" {
-			if part != nil {
-				return false
-			}
-			part = val
-		}
-		return !foldsTo(key, "part")
-	}) || len(part) == 0 || part[0] != '{' {
+	part, ok := soleObject(props, "part")
+	if !ok {
 		return PartFacts{}, false
 	}
-	var seen uint8
-	once := func(bit uint8) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
-	str := func(dst *string, val []byte) bool {
-		s, rest, ok := scanString(val)
-		if !ok || len(rest) != 0 {
-			return false
-		}
-		*dst = string(s)
-		return true
-	}
+	var seen keySet
+	once, str := seen.once, readString
 	ok = eachMember(part, func(key, val []byte) bool {
 		switch string(key) {
 		case "id":
@@ -266,6 +264,39 @@ func ScanPart(props []byte) (f PartFacts, ok bool) {
 		return PartFacts{}, false
 	}
 	return f, true
+}
+
+// ReadPart reads what [ScanPart] reads of a message.part.updated event's part: scanned, or,
+// when ScanPart declines, decoded with encoding/json (fields of another type or null then
+// read as encoding/json reads them into a struct). ok is false when the properties hold no
+// part, or are not JSON encoding/json reads into those fields.
+func ReadPart(props []byte) (f PartFacts, ok bool) {
+	if f, ok := ScanPart(props); ok {
+		return f, true
+	}
+	f, err := readPartJSON(props)
+	return f, err == nil
+}
+
+// readPartJSON decodes the fields of PartFacts with encoding/json.
+func readPartJSON(props []byte) (PartFacts, error) {
+	var ev struct {
+		Part *struct {
+			ID, MessageID, Type, Tool, Text string
+			Ignored                         bool
+			Time                            struct{ End int64 }
+			State                           struct{ Status string }
+		}
+	}
+	if err := json.Unmarshal(props, &ev); err != nil {
+		return PartFacts{}, err
+	}
+	d := ev.Part
+	if d == nil {
+		return PartFacts{}, errors.New("opencode: no part")
+	}
+	return PartFacts{ID: d.ID, MessageID: d.MessageID, Type: d.Type, Tool: d.Tool, Text: d.Text,
+		Ignored: d.Ignored, End: d.Time.End, Status: d.State.Status}, nil
 }
 
 // foldsTo reports whether key is one of names in another case: encoding/json would take it

@@ -2,7 +2,6 @@ package opencode_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -175,24 +174,6 @@ func BenchmarkScanMessageInfo(b *testing.B) {
 	})
 }
 
-// partByJSON is what encoding/json reads of the fields ScanPart reads.
-func partByJSON(props []byte) (opencode.PartFacts, error) {
-	var ev struct {
-		Part *struct {
-			ID, MessageID, Type, Tool, Text string
-			Ignored                         bool
-			Time                            struct{ End int64 }
-			State                           struct{ Status string }
-		}
-	}
-	if err := json.Unmarshal(props, &ev); err != nil || ev.Part == nil {
-		return opencode.PartFacts{}, fmt.Errorf("no part: %v", err)
-	}
-	p := ev.Part
-	return opencode.PartFacts{ID: p.ID, MessageID: p.MessageID, Type: p.Type, Tool: p.Tool, Text: p.Text,
-		Ignored: p.Ignored, End: p.Time.End, Status: p.State.Status}, nil
-}
-
 var partSeeds = []string{
 	`{"sessionID":"ses_1","part":{"id":"prt_1","sessionID":"ses_1","messageID":"msg_2","type":"text","text":"Found 3 warnings.","time":{"start":1795215783287,"end":1795215783290}},"time":1795215783290}`,
 	`{"sessionID":"ses_1","part":{"id":"prt_1","sessionID":"ses_1","messageID":"msg_2","type":"text","text":"line one\nline \"two\" — ünïcode \ud83d\ude00","ignored":true,"time":{"start":1}}}`,
@@ -200,7 +181,7 @@ var partSeeds = []string{
 	`{"sessionID":"ses_1","part":{"id":"prt_4","sessionID":"ses_1","messageID":"msg_2","type":"step-finish","reason":"stop","cost":0,"tokens":{"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}}}}`,
 }
 
-// ScanPart reads what encoding/json reads, or declines (then the caller decodes).
+// ScanPart reads what encoding/json reads, or declines (then ReadPart decodes).
 func TestScanPart(t *testing.T) {
 	for _, c := range []struct {
 		props string
@@ -225,7 +206,7 @@ func TestScanPart(t *testing.T) {
 		if ok != c.ok {
 			t.Errorf("ScanPart(%s) ok = %v, want %v", c.props, ok, c.ok)
 		}
-		if want, err := partByJSON([]byte(c.props)); ok && (err != nil || got != want) {
+		if want, err := opencode.ReadPartJSON([]byte(c.props)); ok && (err != nil || got != want) {
 			t.Errorf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
 		}
 	}
@@ -242,7 +223,7 @@ func FuzzScanPart(f *testing.F) {
 		if !ok || !json.Valid(props) {
 			return
 		}
-		if want, err := partByJSON(props); err != nil || got != want {
+		if want, err := opencode.ReadPartJSON(props); err != nil || got != want {
 			t.Fatalf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
 		}
 	})
@@ -257,7 +238,7 @@ func BenchmarkScanPart(b *testing.B) {
 	})
 	b.Run("json", func(b *testing.B) {
 		for b.Loop() {
-			partByJSON(props)
+			opencode.ReadPartJSON(props)
 		}
 	})
 }
