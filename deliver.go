@@ -258,10 +258,11 @@ func (m *Manager) flushNotifications() {
 // now, one group per message, oldest first. A prompt per run end (NotifyPerRun) goes alone.
 // Notifications posted without reply are merged: consecutive ones that an earlier attempt
 // posted under the same message id (or none did) and that carry the same agent share a
-// message, up to notifyMerge of them and mergeBytes of text; up to notifyParallel messages go at once when the
-// parent's newest message is known (no read of it per message), one otherwise.
+// message, up to notifyMerge of them and mergeBytes of text; up to notifyParallel messages
+// go at once when the parent's newest message is known (no read of it per message), one
+// otherwise. A ref queued twice is taken once.
 func (m *Manager) dueGroupsLocked(parent string, ob *outbox) [][]noteRef {
-	if m.cfg.notifyPolicy == NotifyPerRun {
+	if m.cfg.notifyPolicy == NotifyPerRun || len(ob.queue) == 1 {
 		return [][]noteRef{{ob.queue[0]}}
 	}
 	most := 1
@@ -272,7 +273,12 @@ func (m *Manager) dueGroupsLocked(parent string, ob *outbox) [][]noteRef {
 	var groups [][]noteRef
 	var last mergeKey
 	var size int // the text of the last group
+	taken := make(map[noteRef]struct{}, min(len(ob.queue), most*notifyMerge))
 	for _, ref := range ob.queue {
+		if _, dup := taken[ref]; dup { // queued twice (a task restored before its stale ref went): one post
+			continue
+		}
+		taken[ref] = struct{}{}
 		var k mergeKey
 		var n int
 		if e := m.tasks[ref.task]; e != nil {
@@ -350,36 +356,7 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 	if m.afterPost != nil {
 		m.afterPost()
 	}
-	if lostLease(err) && len(post) > 1 { // one of them is being handed over: the others go alone
-		m.mu.Lock()
-		releaseLocked(held)
-		m.mu.Unlock()
-		done = true
-		for _, p := range post {
-			done = m.deliver(ctx, parent, []noteRef{p.ref}) && done
-		}
-		return done
-	}
-
-	m.mu.Lock()
-	now := m.now()
-	gone = gone[:0]
-	for _, p := range post {
-		if m.settleLocked(ob, parent, p, confirmed, err, now) {
-			gone = append(gone, p.ref)
-		}
-	}
-	ob.remove(gone)
-	done = len(gone) == len(post)
-	if !ob.next.After(now) { // not a retry another notification of the parent waits for
-		ob.next = time.Time{}
-	}
-	next := ob.next
-	releaseLocked(held)
-	for _, p := range post {
-		m.changedLocked(p.e)
-	}
-	m.mu.Unlock()
+	done, next := m.settle(ob, parent, post, held, confirmed, err)
 	if err != nil && !done && !lostLease(err) {
 		m.cfg.logger.Warn("asyncagents: notification failed, retrying", "key", post[0].n.Key, "notifications", len(post),
 			"attempt", post[0].n.Attempts+1, "next", next, "err", err)
@@ -392,6 +369,31 @@ func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (d
 	return done
 }
 
+// settle sets the outcome of one attempt (confirmed, err) at the notifications post of
+// parent's outbox ob, ends the count of held as acted on, and reports whether the outbox is
+// done with every one of them, and when its next attempt is. A notification whose task is
+// being handed over (ErrLeaseLost: the post was refused before it was sent) waits for a
+// retry with the others of its message: by then its task has gone to its new holder, and
+// they are posted without it, or it stayed here.
+func (m *Manager) settle(ob *outbox, parent string, post []pendingNote, held []*entry, confirmed bool, err error) (done bool, next time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer releaseLocked(held)
+	now := m.now()
+	gone := make([]noteRef, 0, len(post))
+	for _, p := range post {
+		if m.settleLocked(ob, parent, p, confirmed, err, now) {
+			gone = append(gone, p.ref)
+		}
+		m.changedLocked(p.e)
+	}
+	ob.remove(gone)
+	if !ob.next.After(now) { // not a retry another notification of the parent waits for
+		ob.next = time.Time{}
+	}
+	return len(gone) == len(post), ob.next
+}
+
 // settleLocked sets the outcome of one attempt (confirmed, err) at p and reports whether the
 // outbox is done with it (delivered, failed or gone: the caller removes it); otherwise it
 // waits in ob for a retry.
@@ -402,14 +404,14 @@ func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirm
 	}
 	if lostLease(err) { // not posted: the task is being handed over, or was; its holder delivers
 		note.Next = now.Add(notifyBackoffMin)
-		ob.next = note.Next
+		ob.next = latest(ob.next, note.Next)
 		return false
 	}
 	note.Attempts++
 	switch {
 	case err == nil:
 		note.State, note.Delivered, note.Error, note.Next = NotificationDelivered, now, "", time.Time{}
-		if !confirmed {
+		if !confirmed { // a prompt_async (NotifyPerRun), always posted alone: one per message id
 			m.awaitPosted(note.MessageID, posted{parent: parent, task: p.e.task.ID, key: note.Key, at: now})
 		}
 		if m.cfg.notifyPolicy == NotifyPerWave {
@@ -434,7 +436,8 @@ func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirm
 }
 
 // remove drops refs from the queue in one pass: usually the oldest, in order (a message's
-// notifications are consecutive), and then it only cuts them off.
+// notifications are consecutive), and then it only cuts them off (a later copy of one queued
+// twice stays: its next attempt finds it delivered, and drops it).
 func (ob *outbox) remove(refs []noteRef) {
 	switch n := len(refs); {
 	case n == 0:

@@ -28,3 +28,27 @@ func TestReoweNothingKeepsTheOutbox(t *testing.T) {
 	ob.inFlight = false
 	ob.queue = nil
 }
+
+// A notification queued twice (its task restored before its stale ref went) is taken once
+// into the messages a worker posts, and the others around it keep their order.
+func TestDueGroupsTakeARefOnce(t *testing.T) {
+	f := opencodetest.NewFakeClient()
+	defer f.Close()
+	m, err := New(f, WithNotifyPolicy(NotifyNoReply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, b := noteRef{task: "t1", key: "k1"}, noteRef{task: "t2", key: "k2"}
+	ob := m.outboxLocked("p")
+	ob.queue = []noteRef{a, b, a}
+	ob.inFlight = true
+	groups := m.dueGroupsLocked("p", ob)
+	if len(groups) != 1 || len(groups[0]) != 2 || groups[0][0] != a || groups[0][1] != b {
+		t.Errorf("groups of [a b a] = %v, want one message of [a b]", groups)
+	}
+	ob.inFlight = false
+	ob.queue = nil
+}

@@ -267,9 +267,10 @@ func ScanPart(props []byte) (f PartFacts, ok bool) {
 }
 
 // ReadPart reads what [ScanPart] reads of a message.part.updated event's part: scanned, or,
-// when ScanPart declines, decoded with encoding/json (fields of another type or null then
-// read as encoding/json reads them into a struct). ok is false when the properties hold no
-// part, or are not JSON encoding/json reads into those fields.
+// when ScanPart declines, decoded with encoding/json (a null then reads as nothing, a field
+// of another type fails). ok is false when the properties hold no part or the decode fails.
+// Like ScanPart it trusts the server to write JSON: a scanned value it skips (a tool's input
+// and output) is delimited, not checked.
 func ReadPart(props []byte) (f PartFacts, ok bool) {
 	if f, ok := ScanPart(props); ok {
 		return f, true
