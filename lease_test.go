@@ -625,6 +625,60 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 	}
 }
 
+// H-5, and bad timing changes nothing: a Resume on the holder of an ended task while the
+// task is being handed over to another host (its notification's post, held by a hook, keeps
+// the handover waiting) returns ErrLeaseLost and changes nothing; once the other host has the
+// task, a Resume there runs the follow-up, with one notification per run end.
+func TestResumeDuringHandoverH5(t *testing.T) {
+	_, url, f, caller := pgCase(t)
+	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
+	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	posted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
+	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	id := launch(t, a, caller, "task").ID
+	if err := f.Release(id, opencodetest.Text("done")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-posted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A posted no notification")
+	}
+	out := make(chan error, 1)
+	go func() {
+		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
+		out <- err
+	}()
+	time.Sleep(2 * time.Second) // A sees B's request within a second: the task is being handed over
+	_, err := a.Resume(t.Context(), caller, id, "and then this")
+	if !errors.Is(err, asyncagents.ErrLeaseLost) {
+		t.Errorf("Resume on A during the handover: %v, want ErrLeaseLost", err)
+	}
+	if task, err := a.Get(id); err != nil || task.Status != asyncagents.StatusCompleted || task.ResumeCount != 0 {
+		t.Errorf("A's task after the refused Resume: %+v, %v; want it completed, not resumed", task.Status, err)
+	}
+	close(release)
+	if err := <-out; err != nil {
+		t.Fatalf("Output on B: %v", err)
+	}
+	task, err := b.Resume(t.Context(), caller, id, "and then this")
+	if err != nil || task.ResumeCount != 1 {
+		t.Fatalf("Resume on B: %+v, %v", task.ResumeCount, err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, id) })
+	if err := f.Release(id, opencodetest.Text("done again")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		task, err := b.Get(id)
+		return err == nil && task.Status == asyncagents.StatusCompleted && len(task.Notifications) > 0 &&
+			task.Notifications[len(task.Notifications)-1].State == asyncagents.NotificationDelivered
+	})
+	settledNotifications(t, f, caller.SessionID, 2)
+}
+
 // failingSaves is a pgstore whose saves fail (as when the database is unreachable) until
 // the time until, in Unix nanoseconds; failed counts them.
 type failingSaves struct {

@@ -26,7 +26,9 @@ import (
 // [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
 // [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrBudget] (the
 // caller's tasks used [WithTreeBudget]), [ErrSessionExpired]
-// (the server no longer has the session), [ErrClosed], or the server's error. A failure to
+// (the server no longer has the session), [ErrLeaseLost] (with a shared [LeaseStore], the
+// ended task is being handed to another host that asked for it: try again, and the task is
+// taken over from there), [ErrClosed], or the server's error. A failure to
 // send the prompt leaves the task in [StatusError] with the reason and returns it with the
 // error.
 func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) (Task, error) {
@@ -90,11 +92,14 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	}
 
 	m.mu.Lock()
-	if e.removed || e.task.Status.Active() { // cleared or resumed meanwhile
-		st := e.task.Status
+	if e.removed || e.lost || e.task.Status.Active() { // cleared, being handed over or resumed meanwhile
+		st, removed, lost := e.task.Status, e.removed, e.lost
 		m.mu.Unlock()
-		if e.removed {
+		switch {
+		case removed:
 			return Task{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, tid)
+		case lost:
+			return Task{}, fmt.Errorf("%w: %s is moving to another host that asked for it; try again", ErrLeaseLost, tid)
 		}
 		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
 	}
