@@ -42,8 +42,11 @@ import (
 //	                  the Manager gets an opencode.HTTPClient from opencode.NewHTTPClient with
 //	                  no options, as a host builds it: every call is an HTTP request and the
 //	                  events come as Server-Sent Events (GET /global/event), as from
-//	                  `opencode serve`. Both processes' sides are in this process, so the CPU
+//	                  `opencode serve`. Both sides are in this process, so the CPU
 //	                  figures include the server's HTTP work as well as the client's.
+//	transport=process the same server in a process of its own (bench_process_test.go), as
+//	                  `opencode serve` is one: the CPU, heap and goroutine figures are the
+//	                  Manager's side alone, and the two processes share the CPUs.
 //
 // Each iteration is one whole scenario on a new Manager with the default options (the
 // default MemoryStore, wrapped to see when every task is done): create the parents; launch
@@ -59,10 +62,10 @@ import (
 //	idle-done-p50/p99-ms  from the session.idle of a run (the status idle event that
 //	                      precedes it, as the server emits them) to Task.Completed
 //	idle-read-p50/p99-ms  from the same idle to the Manager's event loop reading it
-//	                      (leanServer only; over http, reading it off the HTTP stream): how
-//	                      far the event loop lags
+//	                      (leanServer only; over http and process, reading it off the HTTP
+//	                      stream): how far the event loop lags
 //	by-poll-%             tasks whose messages were read before the event loop read their
-//	                      idle: decided by the status poll (leanServer only)
+//	                      idle: decided by the status poll (leanServer in this process only)
 //	idle-out-p50/p99-ms   from the same idle to the return of the blocked Output
 //	idle-note-p50-ms      from the same idle to the notification's Delivered time
 //	goroutines            the most goroutines alive during the launch and finish phases
@@ -86,7 +89,7 @@ const (
 )
 
 type scaleCase struct {
-	http      bool // transport=http: the Manager reaches leanServer through opencodetest.HTTPServer
+	transport string // inproc, http or process: how the Manager reaches leanServer
 	tasks     int
 	perParent int // tasks per parent; 0: all under one parent
 	burst     bool
@@ -94,10 +97,7 @@ type scaleCase struct {
 }
 
 func (c scaleCase) name() string {
-	transport, parents, finish, output := "inproc", "one", "spread", "none"
-	if c.http {
-		transport = "http"
-	}
+	parents, finish, output := "one", "spread", "none"
 	if c.perParent > 0 {
 		parents = strconv.Itoa(c.perParent)
 	}
@@ -107,7 +107,7 @@ func (c scaleCase) name() string {
 	if c.output {
 		output = "blocked"
 	}
-	return fmt.Sprintf("transport=%s/tasks=%d/parent=%s/finish=%s/output=%s", transport, c.tasks, parents, finish, output)
+	return fmt.Sprintf("transport=%s/tasks=%d/parent=%s/finish=%s/output=%s", c.transport, c.tasks, parents, finish, output)
 }
 
 // benchPattern is the -bench pattern of this run.
@@ -122,19 +122,22 @@ func benchPattern() string {
 // leanServer, in process and over HTTP: 100, 1,000, 5,000 and 10,000 tasks, under one parent
 // or 10 per parent, finished in a burst or spread, with or without a blocked Output per task.
 func BenchmarkScaleP3P4(b *testing.B) {
-	for _, remote := range []bool{false, true} {
+	for _, transport := range []string{"inproc", "http", "process"} {
 		for _, n := range []int{100, 1000, 5000, 10000} {
 			for _, per := range []int{0, 10} {
 				for _, burst := range []bool{true, false} {
 					for _, output := range []bool{false, true} {
-						c := scaleCase{http: remote, tasks: n, perParent: per, burst: burst, output: output}
+						c := scaleCase{transport: transport, tasks: n, perParent: per, burst: burst, output: output}
 						b.Run(c.name(), func(b *testing.B) {
 							if n >= 5000 && !strings.Contains(benchPattern(), "tasks="+strconv.Itoa(n)) {
 								b.Skip("select with -bench 'ScaleP3P4/transport=inproc/tasks=" + strconv.Itoa(n) + "'")
 							}
 							backend := newLeanBackend
-							if remote {
+							switch transport {
+							case "http":
 								backend = newHTTPBackend
+							case "process":
+								backend = func() scaleBackend { return newProcessBackend(b) }
 							}
 							runScale(b, c, backend)
 						})
@@ -149,7 +152,7 @@ func BenchmarkScaleP3P4(b *testing.B) {
 // FakeClient, to show how much of the process's work is the fake's. The idle time is taken
 // when Release is called; goroutine counts include the fake's goroutine per held run.
 func BenchmarkFakeClientBurstP3(b *testing.B) {
-	runScale(b, scaleCase{tasks: 1000, burst: true}, newFakeBackend)
+	runScale(b, scaleCase{transport: "inproc", tasks: 1000, burst: true}, newFakeBackend)
 }
 
 // BenchmarkRealServerP3 measures completion latency on the real `opencode serve`
@@ -568,8 +571,7 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 	default:
 	}
 	r.launchCPU, r.maxG, r.maxMgrG = cpu1-cpu0, g, mg
-	_, remote := srv.(*httpBackend)
-	r.fakeG = srv.goroutinesPerRun() > 0 || remote
+	r.fakeG = srv.goroutinesPerRun() > 0 || c.transport != "inproc"
 
 	// Let the Manager read the launch events, and the fake's runs reach their hold.
 	for deadline := time.Now().Add(scaleDeadline); !srv.settled(); {
@@ -629,6 +631,15 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 	go func() {
 		defer close(ended)
 		every := time.Second / scaleSpreadRate
+		if all, ok := srv.(interface {
+			endAll(ids []string, every time.Duration) []time.Time
+		}); ok {
+			if c.burst {
+				every = 0
+			}
+			copy(idleAt, all.endAll(ids, every))
+			return
+		}
 		for i, id := range ids {
 			if !c.burst {
 				if d := time.Until(t2.Add(time.Duration(i) * every)); d > 0 {
@@ -983,13 +994,15 @@ func (h *httpBackend) Events(ctx context.Context) (opencode.EventStream, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &markingStream{EventStream: st, h: h}, nil
+	return &markingStream{EventStream: st, mark: h.lean.markRead, read: &h.read}, nil
 }
 
-// markingStream is the Manager's event stream over HTTP, marking what it reads.
+// markingStream is the Manager's event stream over HTTP, marking what it reads: each run's
+// idle (mark, with the session's id) and the count of events, server.* ones left out.
 type markingStream struct {
 	opencode.EventStream
-	h *httpBackend
+	mark func(sid string)
+	read *atomic.Int64
 }
 
 var idleStatus = []byte(`"status":{"type":"idle"}`)
@@ -999,9 +1012,9 @@ func (m *markingStream) All() iter.Seq2[opencode.Event, error] {
 		for ev, err := range m.EventStream.All() {
 			if err == nil && !strings.HasPrefix(ev.Type, "server.") {
 				if ev.Type == opencode.EventSessionStatus && bytes.Contains(ev.Properties, idleStatus) {
-					m.h.lean.markRead(ev.SessionID())
+					m.mark(ev.SessionID())
 				}
-				m.h.read.Add(1)
+				m.read.Add(1)
 			}
 			if !yield(ev, err) {
 				return
