@@ -908,6 +908,22 @@ func (c *countingClient) Prompt(ctx context.Context, id string, req opencode.Pro
 	return c.Client.Prompt(ctx, id, req)
 }
 
+// PostMessage counts as Prompt (the same request) and goes to the backend's PostMessage
+// when it has one (an HTTPClient's), as the Manager's would.
+func (c *countingClient) PostMessage(ctx context.Context, id string, req opencode.PromptRequest) (string, error) {
+	c.count("Prompt")
+	if p, ok := c.Client.(interface {
+		PostMessage(context.Context, string, opencode.PromptRequest) (string, error)
+	}); ok {
+		return p.PostMessage(ctx, id, req)
+	}
+	m, err := c.Client.Prompt(ctx, id, req)
+	if err != nil {
+		return "", err
+	}
+	return m.Info.ID, nil
+}
+
 func (c *countingClient) PromptAsync(ctx context.Context, id string, req opencode.PromptRequest) error {
 	c.count("PromptAsync")
 	return c.Client.PromptAsync(ctx, id, req)

@@ -519,8 +519,7 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 		if m.cfg.notifyPolicy == NotifyPerRun {
 			return false, m.client.PromptAsync(ctx, parent, req)
 		}
-		req.NoReply = true
-		_, err = m.client.Prompt(ctx, parent, req)
+		err = m.postNoReply(ctx, parent, req)
 		return err == nil, err
 	})
 	return confirmed, err

@@ -45,3 +45,22 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(n
 	confirmed, err = post(id)
 	return id, confirmed, false, err
 }
+
+// messagePoster is a Client that posts a message without decoding the answer
+// (opencode.HTTPClient.PostMessage).
+type messagePoster interface {
+	PostMessage(ctx context.Context, sessionID string, req opencode.PromptRequest) (string, error)
+}
+
+// postNoReply posts req to session without reply (POST /session/{id}/message with noReply)
+// and discards the answer, which echoes the message posted: with a client that can skip
+// decoding it (a messagePoster, as opencode.HTTPClient is) it does, otherwise it is Prompt.
+func (m *Manager) postNoReply(ctx context.Context, session string, req opencode.PromptRequest) error {
+	req.NoReply = true
+	if p, ok := m.client.(messagePoster); ok {
+		_, err := p.PostMessage(ctx, session, req)
+		return err
+	}
+	_, err := m.client.Prompt(ctx, session, req)
+	return err
+}

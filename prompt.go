@@ -130,7 +130,7 @@ func (m *Manager) injectContext(ctx context.Context, sid, id, agent, text string
 		Parts: []opencode.TextPartInput{opencode.NewSyntheticText(text)}}
 	var err error
 	for range 2 {
-		if _, err = m.client.Prompt(ctx, sid, req); err == nil {
+		if err = m.postNoReply(ctx, sid, req); err == nil {
 			return nil
 		}
 		var refused *opencode.APIError

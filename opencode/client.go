@@ -205,6 +205,12 @@ func (c *HTTPClient) doHeader(ctx context.Context, method, path string, query ur
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.Header, nil
 	}
+	if raw, ok := out.(*rawAnswer); ok {
+		if *raw, err = io.ReadAll(resp.Body); err != nil {
+			return nil, fmt.Errorf("opencode: %s %s: read response: %w", method, path, err)
+		}
+		return resp.Header, nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return nil, fmt.Errorf("opencode: %s %s: decode response: %w", method, path, err)
 	}
@@ -340,6 +346,41 @@ func (c *HTTPClient) Prompt(ctx context.Context, sessionID string, req PromptReq
 		return nil, err
 	}
 	return &m, nil
+}
+
+// PostMessage posts a message to a session as Prompt does (POST /session/{id}/message) and
+// returns the id of the message the server answered with, without decoding the rest of the
+// answer: for a post without reply (req.NoReply), whose answer is the posted message itself,
+// parts and all, that saves decoding them again. An error status is an [*APIError] (an
+// unknown session matches [ErrNotFound]); an answer that is not a message with an id (as
+// OpenCode 1.14 gives for an unknown session: 200 and no body) is an error too.
+func (c *HTTPClient) PostMessage(ctx context.Context, sessionID string, req PromptRequest) (id string, err error) {
+	var body []byte
+	path := sessionPath(sessionID, "/message")
+	if err := c.do(ctx, http.MethodPost, path, nil, req, (*rawAnswer)(&body)); err != nil {
+		return "", err
+	}
+	f, ok := ScanMessageInfo(body)
+	if id = f.ID; !ok || id == "" {
+		var m struct{ Info MessageInfo } // another shape: decoded (an escape in the id, say)
+		if err := json.Unmarshal(body, &m); err != nil || m.Info.ID == "" {
+			return "", fmt.Errorf("opencode: POST %s: the answer is not a message: %s", path, clip(body))
+		}
+		id = m.Info.ID
+	}
+	return id, nil
+}
+
+// rawAnswer is an answer's body, kept as it came (doHeader reads it whole).
+type rawAnswer []byte
+
+// clip returns the start of a body for an error message.
+func clip(b []byte) string {
+	const most = 200
+	if len(b) > most {
+		return strconv.Quote(string(b[:most])) + "…"
+	}
+	return strconv.Quote(string(b))
 }
 
 // PromptAsync starts the agent loop on a prompt and returns when the server accepted it

@@ -3,6 +3,9 @@ package opencode_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +248,68 @@ func TestRealServerBasicAuth(t *testing.T) {
 			t.Fatal("ranging a closed stream gave an event")
 		}
 		break
+	}
+}
+
+// PostMessage on the real server: a message without reply with a chosen id is stored whole
+// (both parts, the synthetic one marked), the answer's id is the one posted, the model is not
+// called, and an unknown session matches ErrNotFound.
+func TestRealServerPostMessage(t *testing.T) {
+	srv := shared.Get(t)
+	c := srv.Client()
+	ctx := ctxT(t)
+	s, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "post message"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(srv.Model.Requests())
+	want := opencode.NewMessageID(time.Now(), "")
+	req := opencode.PromptRequest{MessageID: want, NoReply: true,
+		Parts: []opencode.TextPartInput{opencode.NewText("visible \"quoted\" ✓"), opencode.NewSyntheticText("hidden\nhint")}}
+	id, err := c.PostMessage(ctx, s.ID, req)
+	if err != nil || id != want {
+		t.Fatalf("PostMessage = %q, %v; want %q", id, err, want)
+	}
+	m, err := c.Message(ctx, s.ID, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Parts) != 2 || m.Parts[0].Text != "visible \"quoted\" ✓" || m.Parts[0].Synthetic || !m.Parts[1].Synthetic || m.Parts[1].Text != "hidden\nhint" {
+		t.Errorf("stored message = %+v", m.Parts)
+	}
+	if n := len(srv.Model.Requests()); n != before {
+		t.Errorf("a message without reply called the model (%d requests)", n-before)
+	}
+	if _, err := c.PostMessage(ctx, "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz", req); !errors.Is(err, opencode.ErrNotFound) {
+		t.Errorf("PostMessage(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// PostMessage takes the id from any message the server answers with, and fails on an answer
+// that is not one (OpenCode 1.14 answers an unknown session with 200 and no body).
+func TestPostMessageAnswers(t *testing.T) {
+	for _, c := range []struct {
+		body, id string
+	}{
+		{`{"info":{"id":"msg_1","role":"user"},"parts":[{"id":"prt_1","type":"text","text":"x"}]}`, "msg_1"},
+		{`{"parts":[],"info":{"role":"user","id":"msg_\u0032"}}`, "msg_2"}, // an escape: decoded
+		{`{ "info" : { "id" : "msg_3" } }`, "msg_3"},                       // whitespace: decoded
+		{``, ""},
+		{`{"parts":[]}`, ""},
+		{`[]`, ""},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, c.body)
+		}))
+		cl, err := opencode.NewHTTPClient(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := cl.PostMessage(context.Background(), "ses_1", opencode.PromptRequest{NoReply: true})
+		if id != c.id || (err == nil) != (c.id != "") {
+			t.Errorf("PostMessage answered %s = %q, %v; want %q", c.body, id, err, c.id)
+		}
+		cl.CloseIdleConnections()
+		srv.Close()
 	}
 }
