@@ -64,6 +64,12 @@ type Manager struct {
 // goroutines; call [Manager.Close] to stop them. Loaded tasks that were active are checked
 // against the server at once. It returns an error matching [ErrInvalidInput] for a nil
 // client or a bad option, or the store's Load error.
+//
+// A client that also has PostMessage (as [opencode.HTTPClient.PostMessage]: post a message
+// and return the id the server answers with, without decoding the rest) is used for the
+// messages the Manager posts without reply (notifications, a fork's context), whose answers
+// echo what was posted; other clients get [opencode.Client.Prompt] for them. A wrapper of an
+// HTTPClient that wants its posts seen must then also wrap PostMessage.
 func New(client opencode.Client, opts ...Option) (*Manager, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil opencode.Client", ErrInvalidInput)
