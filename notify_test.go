@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,4 +388,42 @@ func awaitNotified(t *testing.T, m *asyncagents.Manager, d time.Duration, ids []
 		return true
 	})
 	return posted
+}
+
+// postCounting is a FakeClient that also has PostMessage, as an HTTPClient does; it counts
+// the calls of PostMessage and of Prompt.
+type postCounting struct {
+	*opencodetest.FakeClient
+	posts, prompts atomic.Int64
+}
+
+func (c *postCounting) PostMessage(ctx context.Context, id string, req opencode.PromptRequest) (string, error) {
+	c.posts.Add(1)
+	m, err := c.FakeClient.Prompt(ctx, id, req)
+	if err != nil {
+		return "", err
+	}
+	return m.Info.ID, nil
+}
+
+func (c *postCounting) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	c.prompts.Add(1)
+	return c.FakeClient.Prompt(ctx, id, req)
+}
+
+// N: with a client that has PostMessage, a notification posted without reply goes through
+// it, not through Prompt.
+func TestNotificationUsesPostMessage(t *testing.T) {
+	f := fakeClient(t)
+	caller := fakeParent(t, f)
+	c := &postCounting{FakeClient: f}
+	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	task := launch(t, m, caller, "RUN:echo once")
+	awaitNotified(t, m, 20*time.Second, []string{task.ID})
+	if posts, prompts := c.posts.Load(), c.prompts.Load(); posts != 1 || prompts != 0 {
+		t.Errorf("PostMessage called %d times, Prompt %d; want 1 and 0", posts, prompts)
+	}
+	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+		t.Errorf("parent notifications = %q, want one", got)
+	}
 }
