@@ -501,21 +501,10 @@ func TestHandoverDuringDeliveryH5(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	posted, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
 	lookups := &messageLookups{Client: f}
 	b := newManager(t, lookups, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	id := launch(t, a, caller, "task").ID
-	if err := f.Release(id, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-posted:
-	case <-time.After(20 * time.Second):
-		t.Fatal("A posted no notification")
-	}
-	outputMeanwhile(t, b, caller, id, release) // A sees B's request within a second, and would hand over now
+	id, release := endHeldAfterPost(t, a, f, caller)
+	outputMeanwhile(t, b, caller, id, release, nil) // A sees B's request within a second, and would hand over now
 	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
 		t.Fatalf("A still has the task B asked for: %v", err)
 	}
@@ -588,7 +577,7 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	waitRunEndsRecorded(t, a, 20*time.Second, x, y)
 	close(gateW)
 	heldIs(x)                               // x's and y's, merged, are being recorded
-	outputMeanwhile(t, b, caller, y, gateX) // A sees B's request within a second, and hands y over
+	outputMeanwhile(t, b, caller, y, gateX, nil) // A sees B's request within a second, and hands y over
 	waitFor(t, 20*time.Second, func() bool {
 		tx, errX := a.Get(x)
 		ty, errY := b.Get(y)
@@ -603,10 +592,29 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	}
 }
 
+// endHeldAfterPost launches a task on a and ends its run; a hook holds a right after it
+// posted the notification, until release is closed. It returns the task's id and release.
+func endHeldAfterPost(t *testing.T, a *asyncagents.Manager, f *opencodetest.FakeClient, caller asyncagents.Caller) (id string, release chan struct{}) {
+	t.Helper()
+	posted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
+	id = launch(t, a, caller, "task").ID
+	if err := f.Release(id, opencodetest.Text("done")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-posted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A posted no notification")
+	}
+	return id, release
+}
+
 // outputMeanwhile calls Output of task id on b, and 2 s later (its holder sees the request
-// within a second, and hands the task over, or would) closes release; it fails t unless the
-// Output returns without an error within 30 s of that.
-func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Caller, id string, release chan struct{}) {
+// within a second, and hands the task over, or would) calls meanwhile, when not nil, and
+// closes release; it fails t unless the Output returns without an error within 30 s of that.
+func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Caller, id string, release chan struct{}, meanwhile func()) {
 	t.Helper()
 	out := make(chan error, 1)
 	go func() {
@@ -614,6 +622,9 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 		out <- err
 	}()
 	time.Sleep(2 * time.Second)
+	if meanwhile != nil {
+		meanwhile()
+	}
 	close(release)
 	select {
 	case err := <-out:
@@ -633,36 +644,17 @@ func TestResumeDuringHandoverH5(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	posted, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
 	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	id := launch(t, a, caller, "task").ID
-	if err := f.Release(id, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-posted:
-	case <-time.After(20 * time.Second):
-		t.Fatal("A posted no notification")
-	}
-	out := make(chan error, 1)
-	go func() {
-		_, err := b.Output(context.Background(), caller, id, asyncagents.OutputOptions{})
-		out <- err
-	}()
-	time.Sleep(2 * time.Second) // A sees B's request within a second: the task is being handed over
-	_, err := a.Resume(t.Context(), caller, id, "and then this")
-	if !errors.Is(err, asyncagents.ErrLeaseLost) {
-		t.Errorf("Resume on A during the handover: %v, want ErrLeaseLost", err)
-	}
-	if task, err := a.Get(id); err != nil || task.Status != asyncagents.StatusCompleted || task.ResumeCount != 0 {
-		t.Errorf("A's task after the refused Resume: %+v, %v; want it completed, not resumed", task.Status, err)
-	}
-	close(release)
-	if err := <-out; err != nil {
-		t.Fatalf("Output on B: %v", err)
-	}
+	id, release := endHeldAfterPost(t, a, f, caller)
+	outputMeanwhile(t, b, caller, id, release, func() { // A sees B's request within a second: the task is being handed over
+		_, err := a.Resume(t.Context(), caller, id, "and then this")
+		if !errors.Is(err, asyncagents.ErrLeaseLost) {
+			t.Errorf("Resume on A during the handover: %v, want ErrLeaseLost", err)
+		}
+		if task, err := a.Get(id); err != nil || task.Status != asyncagents.StatusCompleted || task.ResumeCount != 0 {
+			t.Errorf("A's task after the refused Resume: %+v, %v; want it completed, not resumed", task.Status, err)
+		}
+	})
 	task, err := b.Resume(t.Context(), caller, id, "and then this")
 	if err != nil || task.ResumeCount != 1 {
 		t.Fatalf("Resume on B: %+v, %v", task.ResumeCount, err)
