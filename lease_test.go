@@ -576,7 +576,7 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	release(t, f, x, y)
 	waitRunEndsRecorded(t, a, 20*time.Second, x, y)
 	close(gateW)
-	heldIs(x)                               // x's and y's, merged, are being recorded
+	heldIs(x)                                    // x's and y's, merged, are being recorded
 	outputMeanwhile(t, b, caller, y, gateX, nil) // A sees B's request within a second, and hands y over
 	waitFor(t, 20*time.Second, func() bool {
 		tx, errX := a.Get(x)
