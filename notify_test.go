@@ -411,9 +411,9 @@ func (c *postCounting) Prompt(ctx context.Context, id string, req opencode.Promp
 	return c.FakeClient.Prompt(ctx, id, req)
 }
 
-// N: with a client that has PostMessage, a notification posted without reply goes through
-// it, not through Prompt.
-func TestNotificationUsesPostMessage(t *testing.T) {
+// N, F: with a client that has PostMessage, what the Manager posts without reply (a
+// notification, a forked task's inherited context) goes through it, not through Prompt.
+func TestPostsWithoutReplyUsePostMessage(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &postCounting{FakeClient: f}
@@ -421,9 +421,18 @@ func TestNotificationUsesPostMessage(t *testing.T) {
 	task := launch(t, m, caller, "RUN:echo once")
 	awaitNotified(t, m, 20*time.Second, []string{task.ID})
 	if posts, prompts := c.posts.Load(), c.prompts.Load(); posts != 1 || prompts != 0 {
-		t.Errorf("PostMessage called %d times, Prompt %d; want 1 and 0", posts, prompts)
+		t.Errorf("after a notification: PostMessage called %d times, Prompt %d; want 1 and 0", posts, prompts)
 	}
 	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
 		t.Errorf("parent notifications = %q, want one", got)
+	}
+	forked, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "forked",
+		Agent: "general", Prompt: "RUN:echo forked", Fork: true, ForkMode: asyncagents.ForkDigest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitNotified(t, m, 20*time.Second, []string{forked.ID})
+	if posts, prompts := c.posts.Load(), c.prompts.Load(); posts != 3 || prompts != 0 {
+		t.Errorf("after a forked task: PostMessage called %d times, Prompt %d; want 3 (its context and notification) and 0", posts, prompts)
 	}
 }
