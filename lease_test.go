@@ -557,6 +557,7 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	ids := launchHeld(t, a, f, caller, 3) // w, x, y
 	w, x, y := ids[0], ids[1], ids[2]
 	gateW, gateX := make(chan struct{}), make(chan struct{})
+	closeAtCleanup(t, gateW, gateX)
 	store.mu.Lock()
 	store.hold[w], store.hold[x] = gateW, gateX
 	store.mu.Unlock()
@@ -592,11 +593,26 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	}
 }
 
+// closeAtCleanup closes each of chans that is still open when t ends (before the Managers
+// made earlier close): a test that fails while a hook holds one does not hang.
+func closeAtCleanup(t *testing.T, chans ...chan struct{}) {
+	t.Cleanup(func() {
+		for _, c := range chans {
+			select {
+			case <-c:
+			default:
+				close(c)
+			}
+		}
+	})
+}
+
 // endHeldAfterPost launches a task on a and ends its run; a hook holds a right after it
 // posted the notification, until release is closed. It returns the task's id and release.
 func endHeldAfterPost(t *testing.T, a *asyncagents.Manager, f *opencodetest.FakeClient, caller asyncagents.Caller) (id string, release chan struct{}) {
 	t.Helper()
 	posted, release := make(chan struct{}), make(chan struct{})
+	closeAtCleanup(t, release)
 	var once sync.Once
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
 	id = launch(t, a, caller, "task").ID
@@ -735,6 +751,7 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 	var once sync.Once
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
 	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	closeAtCleanup(t, release)
 	id := launch(t, a, caller, "task").ID
 	ctx := t.Context()
 	if _, err := a.Resume(ctx, caller, id, "second"); err != nil {

@@ -570,3 +570,78 @@ func TestPromptLostBeforeHostStoppedT19(t *testing.T) {
 		t.Fatalf("the server's messages = %+v, %v; want the prompt once, under its id", msgs, err)
 	}
 }
+
+// heldSessionReads holds the next read of session id (GET /session/{id}), which starts a
+// follow-up's run, until gate is closed; held is closed when one waits.
+type heldSessionReads struct {
+	*opencodetest.FakeClient
+	mu         sync.Mutex
+	id         string
+	held, gate chan struct{}
+}
+
+func (c *heldSessionReads) GetSession(ctx context.Context, id string) (*opencode.Session, error) {
+	c.mu.Lock()
+	hold := id == c.id && c.held != nil
+	held, gate := c.held, c.gate
+	if hold {
+		c.held = nil
+	}
+	c.mu.Unlock()
+	if hold {
+		close(held)
+		<-gate
+	}
+	return c.FakeClient.GetSession(ctx, id)
+}
+
+// T-18: a Resume while a queued follow-up of the ended run is being started is queued behind
+// it (not sent at once, and not refused): the follow-ups run in the order they were given.
+func TestResumeWhileAFollowUpStartsT18(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	c := &heldSessionReads{FakeClient: f}
+	m := newManager(t, c, asyncagents.WithFollowUpQueue(2))
+	caller := fakeParent(t, f)
+	task := launch(t, m, caller, "first")
+	if _, err := m.Resume(context.Background(), caller, task.ID, "second"); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.id, c.held, c.gate = task.ID, make(chan struct{}), make(chan struct{})
+	held, gate := c.held, c.gate
+	c.mu.Unlock()
+	_ = f.Release(task.ID, opencodetest.Text("one"))
+	select {
+	case <-held: // the run ended; "second" is being started
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued follow-up was not started")
+	}
+	got, err := m.Resume(context.Background(), caller, task.ID, "third")
+	close(gate)
+	if err != nil || !slices.Equal(got.FollowUps, []string{"third"}) {
+		t.Fatalf("Resume while the follow-up starts = %v, %v; want third queued", got.FollowUps, err)
+	}
+	for i, result := range []string{"two", "three"} {
+		waitFor(t, 10*time.Second, func() bool {
+			tk, _ := m.Get(task.ID)
+			return tk.ResumeCount == i+1 && tk.Status == asyncagents.StatusResumed && fakeBusy(f, task.ID)
+		})
+		_ = f.Release(task.ID, opencodetest.Text(result))
+	}
+	if got := await(t, m, caller, task.ID); got.Result != "three" || got.ResumeCount != 2 {
+		t.Fatalf("after both follow-ups: %+v", got)
+	}
+	msgs, err := f.Messages(context.Background(), task.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prompts []string
+	for _, msg := range msgs {
+		if msg.Info.Role == opencode.RoleUser && len(msg.Parts) > 0 {
+			prompts = append(prompts, msg.Parts[len(msg.Parts)-1].Text)
+		}
+	}
+	if !slices.Equal(prompts, []string{"first", "second", "third"}) {
+		t.Errorf("prompts in the task's session = %q, want first, second, third", prompts)
+	}
+}

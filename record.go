@@ -28,7 +28,9 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 	lost    bool // its lease is another host's now, or is being handed over (lease.go)
-	acting  int  // requests in flight that act on it under its lease (leaseCtx), and posts until their outcome is set (postCtx)
+	// resuming: sendFollowUp is starting the run of a queued follow-up (resume.go)
+	resuming bool
+	acting   int // requests in flight that act on it under its lease (leaseCtx), and posts until their outcome is set (postCtx)
 
 	slot string // the concurrency limit whose slot the run holds ("" for none)
 	// aborting, set while the Manager aborts the run (Cancel, a watchdog), is how the run ends,

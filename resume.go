@@ -18,7 +18,9 @@ import (
 // completed (or error) again and the parent gets a resume notification. Durations count
 // from the resume. For a task that is running or resumed, the follow-up is queued when
 // [WithFollowUpQueue] allows it (the returned task lists it in FollowUps) and sent when the
-// current run ends, unless that run was cancelled; otherwise it is [ErrTaskBusy].
+// current run ends, unless that run was cancelled; otherwise it is [ErrTaskBusy]. So is it
+// for an ended task whose queued follow-ups are still being sent: the prompt is queued
+// behind them, and the follow-ups run in the order they were given.
 //
 // It checks the session first (GET /session/{id}) and reads its last message
 // (GET /session/{id}/message?limit=1), then sends the prompt
@@ -46,7 +48,9 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		m.mu.Unlock()
 		return Task{}, err
 	}
-	if !e.task.Status.Terminal() { // running, resumed or queued
+	// Running, resumed or queued; or ended with follow-ups still to send (sendFollowUp starts
+	// the next one): the prompt waits behind them, in order.
+	if !e.task.Status.Terminal() || len(e.task.FollowUps) > 0 || e.resuming {
 		t, err := m.queueFollowUpLocked(e, prompt)
 		m.mu.Unlock()
 		if err == nil {
@@ -154,11 +158,17 @@ func (m *Manager) sendFollowUp(e *entry) {
 	}
 	prompt := e.task.FollowUps[0]
 	e.task.FollowUps = e.task.FollowUps[1:]
+	e.resuming = true // a Resume meanwhile queues its prompt behind this one
 	m.changedLocked(e)
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.requestTimeout)
 	defer cancel()
-	if _, err := m.resume(ctx, e, prompt); err != nil {
+	_, err := m.resume(ctx, e, prompt)
+	m.mu.Lock()
+	e.resuming = false
+	m.mu.Unlock()
+	if err != nil {
 		m.cfg.logger.Warn("asyncagents: send queued follow-up", "task", e.task.ID, "err", err)
+		m.sendFollowUp(e) // the next one, if any (one queued meanwhile): each try takes one
 	}
 }
