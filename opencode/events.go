@@ -1,6 +1,7 @@
 package opencode
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	sse "github.com/tmaxmax/go-sse"
 )
@@ -134,13 +137,19 @@ type sseStream struct {
 	body   io.ReadCloser
 	ctx    context.Context // the caller's context, to report its cancellation
 	cancel context.CancelFunc
-	timer  *time.Timer
 	stall  time.Duration
+	opened time.Time    // when the stream opened: the clock of last
+	last   atomic.Int64 // when the last frame was read, in nanoseconds since opened
 
 	mu      sync.Mutex
+	timer   *time.Timer // fires when the stream may have stalled: see checkStall
 	stalled bool
 	closed  bool
 }
+
+// readBuffer is how much of the stream one read takes from the connection: a burst of
+// frames costs a read per 64 KiB, not one per 4 KiB as go-sse's own buffer would.
+const readBuffer = 64 << 10
 
 // Events opens the server-wide event stream (GET /global/event), which carries the events of
 // every directory instance; [Event.Directory] names the instance. The first event is
@@ -172,14 +181,27 @@ func (c *HTTPClient) Events(ctx context.Context) (EventStream, error) {
 		cancel()
 		return nil, newAPIError(http.MethodGet, "/global/event", resp.StatusCode, b)
 	}
-	s := &sseStream{body: resp.Body, ctx: ctx, cancel: cancel, stall: c.stall}
-	s.timer = time.AfterFunc(c.stall, func() {
-		s.mu.Lock()
-		s.stalled = true
-		s.mu.Unlock()
-		cancel()
-	})
+	s := &sseStream{body: resp.Body, ctx: ctx, cancel: cancel, stall: c.stall, opened: time.Now()}
+	s.mu.Lock()
+	s.timer = time.AfterFunc(c.stall, s.checkStall)
+	s.mu.Unlock()
 	return s, nil
+}
+
+// checkStall ends the stream when no frame came for the stall timeout, and otherwise sets
+// the timer for when that would be: a frame costs a clock read, not a timer reset.
+func (s *sseStream) checkStall() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.stalled {
+		return
+	}
+	if left := s.stall - (time.Since(s.opened) - time.Duration(s.last.Load())); left > 0 {
+		s.timer.Reset(left)
+		return
+	}
+	s.stalled = true
+	s.cancel()
 }
 
 // All yields the stream's events, skipping OpenCode's "sync" frames and frames whose envelope
@@ -187,13 +209,17 @@ func (c *HTTPClient) Events(ctx context.Context) (EventStream, error) {
 func (s *sseStream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		dir := "" // the last frame's directory, shared by the next frames that name it
-		for raw, err := range sse.Read(s.body, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
+		body := bufio.NewReaderSize(s.body, readBuffer)
+		for raw, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
 			if err != nil || s.ended() {
 				yield(Event{}, s.endError(err))
 				return
 			}
-			s.timer.Reset(s.stall)
-			ev, skip, err := decodeFrame([]byte(raw.Data), dir)
+			s.last.Store(int64(time.Since(s.opened)))
+			// go-sse builds each event's data in a strings.Builder of its own, which it drops
+			// once the event is yielded: nothing writes those bytes again, so the event's
+			// properties keep them without a copy.
+			ev, skip, err := decodeFrame(unsafe.Slice(unsafe.StringData(raw.Data), len(raw.Data)), dir)
 			if err != nil || skip {
 				continue
 			}
@@ -240,8 +266,8 @@ func (s *sseStream) Close() error {
 		return nil
 	}
 	s.closed = true
-	s.mu.Unlock()
 	s.timer.Stop()
+	s.mu.Unlock()
 	s.cancel()
 	return s.body.Close()
 }
