@@ -44,9 +44,26 @@ func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 // longer active.
 func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) bool {
 	m.mu.Lock()
+	f, ok := m.finishLocked(e, rc, st, result, errMsg)
+	m.mu.Unlock()
+	if ok {
+		m.afterFinish(f)
+	}
+	return ok
+}
+
+// finished is what is left to do, without the lock, for a task finishLocked ended.
+type finished struct {
+	e        *entry
+	start    []*entry // queued tasks that got its slot
+	followUp bool     // it has a queued follow-up to send
+}
+
+// finishLocked moves e to its terminal state as finish does, without the lock's release and
+// what comes after it (afterFinish).
+func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg string) (finished, bool) {
 	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
-		m.mu.Unlock()
-		return false
+		return finished{}, false
 	}
 	if e.aborting != nil {
 		st, result, errMsg = e.aborting.status, "", e.aborting.msg
@@ -72,12 +89,15 @@ func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) boo
 	m.waveOverLocked(e.task.ParentSessionID)
 	m.endWaitsLocked(e)
 	close(e.done)
-	start := m.releaseLocked(e)
-	m.mu.Unlock()
-	m.persist(e)
-	m.startQueued(start)
-	if followUp {
-		m.sendFollowUp(e)
+	return finished{e: e, start: m.releaseLocked(e), followUp: followUp}, true
+}
+
+// afterFinish persists a task finishLocked ended, starts the queued tasks that got its slot
+// and sends its next follow-up.
+func (m *Manager) afterFinish(f finished) {
+	m.persist(f.e)
+	m.startQueued(f.start)
+	if f.followUp {
+		m.sendFollowUp(f.e)
 	}
-	return true
 }

@@ -239,3 +239,60 @@ func TestGoroutineBound(t *testing.T) {
 		t.Errorf("%d goroutines after Close", managerGoroutines())
 	}
 }
+
+// panicSaveStore panics in the Save of one task once it has ended.
+type panicSaveStore struct {
+	asyncagents.MemoryStore
+	id atomic.Value // string
+}
+
+func (s *panicSaveStore) Save(ctx context.Context, t asyncagents.Task) error {
+	if id, _ := s.id.Load().(string); id == t.ID && t.Status.Terminal() {
+		panic("boom in Save of " + t.ID)
+	}
+	return s.MemoryStore.Save(ctx, t)
+}
+
+// Runs that the stream carried whole and that end together are decided together: a save
+// that panics for one of them is logged, and every other one is still saved, its slot given
+// to the queued task and its follow-up sent (T-18).
+func TestBurstWithAPanickingSave(t *testing.T) {
+	f := fakeClient(t, opencodetest.WithHeldRuns())
+	store := &panicSaveStore{}
+	logs := &logRecords{}
+	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithLogger(slog.New(logs)),
+		asyncagents.WithConcurrency(asyncagents.Limits{Default: 40}), asyncagents.WithFollowUpQueue(1))
+	caller := fakeParent(t, f)
+	const n = 40
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = launch(t, m, caller, "held").ID
+	}
+	queued := launch(t, m, caller, "queued") // waits for a slot
+	follow := ids[n-1]
+	if _, err := m.Resume(context.Background(), caller, follow, "and then"); err != nil {
+		t.Fatal(err) // queued behind the running run
+	}
+	store.id.Store(ids[0])
+	for _, id := range ids {
+		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in Save of " + ids[0]) })
+	waitFor(t, 10*time.Second, func() bool {
+		saved, _ := store.Load(context.Background())
+		ended := 0
+		for _, tk := range saved {
+			if tk.ID != ids[0] && tk.ID != follow && tk.Status == asyncagents.StatusCompleted {
+				ended++
+			}
+		}
+		return ended == n-2
+	})
+	waitFor(t, 10*time.Second, func() bool { // the queued task got a slot, the follow-up was sent
+		q, _ := m.Get(queued.ID)
+		fu, _ := m.Get(follow)
+		return q.Status == asyncagents.StatusRunning && fu.Status.Active() && fu.ResumeCount == 1
+	})
+}

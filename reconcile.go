@@ -127,12 +127,14 @@ func (m *Manager) wakeReconcilerLocked() {
 func (m *Manager) reconcileLoop(resident bool) {
 	rs := &m.recon
 	working := false
+	var jobs []reconcileJob
 	for {
 		m.mu.Lock()
 		if working {
 			rs.busy--
 		}
-		r, ok := m.nextReconcileLocked()
+		jobs = m.nextReconcilesLocked(jobs[:0])
+		ok := len(jobs) > 0
 		if working = ok; ok {
 			rs.busy++
 			if len(m.recon.order) > 0 { // pass the wake-up on
@@ -145,7 +147,12 @@ func (m *Manager) reconcileLoop(resident bool) {
 		}
 		m.mu.Unlock()
 		if ok {
-			m.reconcile(r)
+			if jobs[0].streamed == nil {
+				m.reconcile(jobs[0])
+			} else {
+				m.decideStreamed(jobs)
+			}
+			clear(jobs)
 			continue
 		}
 		select {
@@ -165,6 +172,39 @@ type reconcileJob struct {
 	// streamed holds the frames the run's log recorded when the session went idle, when the
 	// stream carried the whole run; nil otherwise.
 	streamed []logFrame
+}
+
+// decideBatch bounds the runs a reconciler decides at once from their streamed frames.
+const decideBatch = 256
+
+// nextReconcilesLocked appends the next queued reconcile to jobs and, when the stream
+// carried its run, the ones queued after it whose runs it carried too, up to decideBatch:
+// those need no request, and a burst of them is decided under one lock, not three each.
+func (m *Manager) nextReconcilesLocked(jobs []reconcileJob) []reconcileJob {
+	for len(jobs) < decideBatch {
+		if len(jobs) > 0 && !m.streamedNextLocked() {
+			break
+		}
+		r, ok := m.nextReconcileLocked()
+		if !ok {
+			break
+		}
+		jobs = append(jobs, r)
+		if r.streamed == nil {
+			break
+		}
+	}
+	return jobs
+}
+
+// streamedNextLocked reports whether the next queued reconcile is of a run the stream
+// carried.
+func (m *Manager) streamedNextLocked() bool {
+	if len(m.recon.order) == 0 {
+		return false
+	}
+	e := m.tasks[m.recon.order[0]]
+	return e != nil && e.streamed != nil
 }
 
 // nextReconcileLocked takes the next queued reconcile of a task that is still active.
@@ -204,16 +244,8 @@ func (m *Manager) reconcile(r reconcileJob) {
 	}()
 
 	if r.streamed != nil {
-		if msgs := replay(r.streamed, run.Baseline); msgs != nil {
-			if v := manager.Decide(msgs, run); v.Outcome == manager.Completed {
-				// The stream carried the run whole: its running usage counted every step.
-				m.mirrors.decided.Add(1) // before the task shows as completed
-				if !m.finish(e, rc, StatusCompleted, v.Result, "") {
-					m.mirrors.decided.Add(-1)
-				}
-				return
-			}
-		}
+		m.decideStreamed([]reconcileJob{r})
+		return
 	}
 	ctx, cancel := m.requestCtx()
 	defer cancel()
@@ -243,4 +275,73 @@ func (m *Manager) reconcile(r reconcileJob) {
 	case manager.Unsent:
 		m.unsent(e, rc)
 	}
+}
+
+// decideStreamed decides the runs of jobs, which the stream carried whole, from their
+// frames, and ends the completed ones under one lock; a run its frames do not show
+// completed (or that panics while being replayed) is decided from a read, as reconcile does.
+func (m *Manager) decideStreamed(jobs []reconcileJob) {
+	defer func() {
+		if p := recover(); p != nil { // a bug: the reads decide what it did not
+			m.cfg.logger.Error("asyncagents: panic while deciding streamed runs", "panic", p)
+			for _, r := range jobs {
+				r.streamed = nil
+				m.reconcile(r)
+			}
+		}
+	}()
+	results := make([]string, len(jobs))
+	done := make([]bool, len(jobs))
+	n := 0
+	for i := range jobs {
+		if results[i], done[i] = m.fromStream(jobs[i]); done[i] {
+			n++
+		}
+	}
+	// The stream carried the runs whole: their running usage counted every step.
+	m.mirrors.decided.Add(int64(n)) // before the tasks show as completed
+	ended := m.finishAll(jobs, done, results)
+	m.mirrors.decided.Add(int64(len(ended) - n))
+	for _, f := range ended { // one task's failing save leaves the others' to be done
+		m.safely("recording the end of a run", func() { m.afterFinish(f) })
+	}
+	for i := range jobs {
+		if !done[i] {
+			jobs[i].streamed = nil
+			m.reconcile(jobs[i])
+		}
+	}
+}
+
+// fromStream returns the result of r's run when its streamed frames hold a completed reply.
+// A panic while replaying them is logged, and the run is read instead.
+func (m *Manager) fromStream(r reconcileJob) (result string, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.cfg.logger.Error("asyncagents: panic while replaying a run", "task", r.id, "panic", p)
+			result, ok = "", false
+		}
+	}()
+	msgs := replay(r.streamed, r.run.Baseline)
+	if msgs == nil {
+		return "", false
+	}
+	v := manager.Decide(msgs, r.run)
+	return v.Result, v.Outcome == manager.Completed
+}
+
+// finishAll completes, under one lock, the runs of jobs marked done with their results, and
+// returns what is left to do for those it ended.
+func (m *Manager) finishAll(jobs []reconcileJob, done []bool, results []string) []finished {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ended []finished
+	for i, r := range jobs {
+		if done[i] {
+			if f, ok := m.finishLocked(r.e, r.rc, StatusCompleted, results[i], ""); ok {
+				ended = append(ended, f)
+			}
+		}
+	}
+	return ended
 }
