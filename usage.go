@@ -105,28 +105,42 @@ func (m *Manager) stepLocked(e *entry, props []byte) {
 	if id == nil || e.steps[string(id)] || string(id) <= e.baseline {
 		return // the second of the two updates OpenCode sends of a completed step, or an earlier run's
 	}
-	var p struct {
-		Info struct {
-			Role   string               `json:"role"`
-			Time   opencode.MessageTime `json:"time"`
-			Finish string               `json:"finish"`
-			Tokens *opencode.Tokens     `json:"tokens"`
-			Cost   float64              `json:"cost"`
-		} `json:"info"`
-	}
-	if json.Unmarshal(props, &p) != nil || p.Info.Role != opencode.RoleAssistant || p.Info.Time.Completed == 0 {
+	info, ok := stepInfo(props)
+	if !ok || info.Role != opencode.RoleAssistant || info.Completed == 0 {
 		return
 	}
 	if e.steps == nil {
 		e.steps = map[string]bool{}
 	}
-	e.steps[string(id)], e.lastFinish = true, p.Info.Finish
-	t, step := &e.task, usageOf(p.Info.Tokens, p.Info.Cost)
+	e.steps[string(id)], e.lastFinish = true, info.Finish
+	t, step := &e.task, usageOf(&info.Tokens, info.Cost)
 	if t.ResumeCount == 0 && len(e.steps) == 1 && t.FirstStep.IsZero() {
 		t.FirstStep = step
 	}
 	t.Usage, t.RunUsage = t.Usage.Add(step), t.RunUsage.Add(step)
 	m.changedLocked(e)
+}
+
+// stepInfo reads what stepLocked needs of a message.updated event's properties: scanned,
+// or decoded when the scan declines (it runs under the Manager's lock, for every step).
+func stepInfo(props []byte) (opencode.InfoFacts, bool) {
+	if f, ok := opencode.ScanMessageInfo(props); ok {
+		return f, true
+	}
+	var p struct {
+		Info struct {
+			Role   string               `json:"role"`
+			Time   opencode.MessageTime `json:"time"`
+			Finish string               `json:"finish"`
+			Tokens opencode.Tokens      `json:"tokens"`
+			Cost   float64              `json:"cost"`
+		} `json:"info"`
+	}
+	if json.Unmarshal(props, &p) != nil {
+		return opencode.InfoFacts{}, false
+	}
+	i := p.Info
+	return opencode.InfoFacts{Role: i.Role, Completed: i.Time.Completed, Finish: i.Finish, Tokens: i.Tokens, Cost: i.Cost}, true
 }
 
 // settleUsageLocked sets e's run usage to the sum of the completed steps of run, the run's own

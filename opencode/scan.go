@@ -99,12 +99,15 @@ func PartTypes(props []byte) (tool, streamed bool) {
 // InfoFacts is what [ScanMessageInfo] reads of a message.updated event's info.
 type InfoFacts struct {
 	ID, ParentID, Role, Finish string
-	Completed                  int64 // time.completed, ms since the epoch; 0 when absent
-	Error                      bool  // an error other than null is present: decode to read it
+	Completed                  int64   // time.completed, ms since the epoch; 0 when absent
+	Error                      bool    // an error other than null is present: decode to read it
+	Tokens                     Tokens  // tokens; zero when absent or null
+	Cost                       float64 // cost, USD; 0 when absent
 }
 
-// ScanMessageInfo reads the id, parentID, role, finish, time.completed and whether there is an
-// error from the properties of a message.updated event ({…,"info":{…},…}) by walking the
+// ScanMessageInfo reads the id, parentID, role, finish, time.completed, tokens, cost and
+// whether there is an error from the properties of a message.updated event
+// ({…,"info":{…},…}) by walking the
 // JSON's keys and skipping the values it does not need, without a decode. ok is false for
 // anything it does not read exactly as encoding/json would: whitespace between tokens, a
 // string it needs with an escape or a byte outside ASCII, a key with an escape, a number that
@@ -140,8 +143,12 @@ func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
 				f.Completed = n
 				return ok
 			})
+		case "tokens":
+			return once(64) && scanTokens(&f.Tokens, val)
+		case "cost":
+			return once(128) && scanFloat(&f.Cost, val)
 		}
-		return !foldsTo(key, "id", "parentID", "role", "finish", "error", "time")
+		return !foldsTo(key, "id", "parentID", "role", "finish", "error", "time", "tokens", "cost")
 	})
 	if !ok {
 		return InfoFacts{}, false
@@ -199,6 +206,69 @@ func scanInt(val []byte) (n int64, ok bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// scanTokens reads the tokens object val into t, as encoding/json would (null leaves t
+// zero); ok is false for a repeated key, a key in another case or a count that is not a
+// plain integer.
+func scanTokens(t *Tokens, val []byte) bool {
+	if string(val) == "null" {
+		return true
+	}
+	var seen, cache keySet
+	return eachMember(val, func(key, v []byte) bool {
+		switch string(key) {
+		case "total":
+			return seen.once(1) && scanCount(&t.Total, v)
+		case "input":
+			return seen.once(2) && scanCount(&t.Input, v)
+		case "output":
+			return seen.once(4) && scanCount(&t.Output, v)
+		case "reasoning":
+			return seen.once(8) && scanCount(&t.Reasoning, v)
+		case "cache":
+			return seen.once(16) && (string(v) == "null" || eachMember(v, func(key, v []byte) bool {
+				switch string(key) {
+				case "read":
+					return cache.once(1) && scanCount(&t.Cache.Read, v)
+				case "write":
+					return cache.once(2) && scanCount(&t.Cache.Write, v)
+				}
+				return !foldsTo(key, "read", "write")
+			}))
+		}
+		return !foldsTo(key, "total", "input", "output", "reasoning", "cache")
+	})
+}
+
+// scanCount reads a token count: a plain integer, or null (which leaves *dst as it is).
+func scanCount(dst *int64, val []byte) bool {
+	if string(val) == "null" {
+		return true
+	}
+	n, ok := scanInt(val)
+	*dst = n
+	return ok
+}
+
+// scanFloat reads a JSON number, or null (which leaves *dst as it is), as encoding/json
+// reads one into a float64; ok is false for anything that is not made of a number's
+// characters or that strconv.ParseFloat rejects (one out of range).
+func scanFloat(dst *float64, val []byte) bool {
+	if string(val) == "null" {
+		return true
+	}
+	for _, c := range val {
+		if (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' {
+			return false
+		}
+	}
+	x, err := strconv.ParseFloat(string(val), 64)
+	if err != nil {
+		return false
+	}
+	*dst = x
+	return true
 }
 
 // PartFacts is what [ScanPart] reads of a message.part.updated event's part.

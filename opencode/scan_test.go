@@ -98,12 +98,15 @@ func infoByJSON(props []byte) (opencode.InfoFacts, error) {
 			ID, ParentID, Role, Finish string
 			Time                       struct{ Completed int64 }
 			Error                      *json.RawMessage
+			Tokens                     opencode.Tokens
+			Cost                       float64
 		}
 	}
 	err := json.Unmarshal(props, &ev)
 	i := ev.Info
 	return opencode.InfoFacts{ID: i.ID, ParentID: i.ParentID, Role: i.Role, Finish: i.Finish,
-		Completed: i.Time.Completed, Error: i.Error != nil && string(*i.Error) != "null"}, err
+		Completed: i.Time.Completed, Error: i.Error != nil && string(*i.Error) != "null",
+		Tokens: i.Tokens, Cost: i.Cost}, err
 }
 
 var infoSeeds = []string{
@@ -131,6 +134,15 @@ func TestScanMessageInfo(t *testing.T) {
 		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":-01}}}`, false},         // not JSON
 		{`{"sessionID":"ses_1","info":{"id":"msg_2","time":{"completed":+1}}}`, false},          // not JSON
 		{`{"sessionID":"ses_1"}`, false},                                                        // no info
+		{`{"info":{"id":"msg_2","cost":1.5e-3,"tokens":{"input":7,"cache":{"write":2,"read":null}}}}`, true},
+		{`{"info":{"id":"msg_2","cost":null,"tokens":null}}`, true},
+		{`{"info":{"id":"msg_2","tokens":{"input":1.5}}}`, false},         // not an integer
+		{`{"info":{"id":"msg_2","tokens":{"Input":1}}}`, false},           // another case
+		{`{"info":{"id":"msg_2","tokens":{"input":1,"input":2}}}`, false}, // repeated
+		{`{"info":{"id":"msg_2","tokens":{"cache":{"read":1,"Read":2}}}}`, false},
+		{`{"info":{"id":"msg_2","cost":"0.1"}}`, false},      // not a number
+		{`{"info":{"id":"msg_2","cost":1e999}}`, false},      // out of range
+		{`{"info":{"id":"msg_2","cost":1,"cost":2}}`, false}, // repeated
 		{`{"sessionID":"ses_1","info":[]}`, false},
 	} {
 		got, ok := opencode.ScanMessageInfo([]byte(c.props))
