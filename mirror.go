@@ -165,10 +165,7 @@ func (l *runLog) add(f logFrame, epoch uint64) {
 		l.broken, l.frames = true, nil
 		return
 	}
-	if f.props != nil {
-		f.props = bytes.Clone(f.props)
-	}
-	l.frames = append(l.frames, f)
+	l.frames = append(l.frames, f) // the stream does not reuse the props (EventStream's contract)
 }
 
 // snapshot returns the frames recorded so far when connection epoch, which delivered the idle

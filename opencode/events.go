@@ -127,6 +127,10 @@ const maxEventSize = 32 << 20
 //
 // A consumer that stops the range early gets no error. Close may be called from any goroutine,
 // any number of times; it ends a range in progress and releases the connection.
+//
+// The events yielded are the consumer's: a stream does not change an event's Properties
+// afterwards (it does not reuse their bytes for a later event), so a consumer may keep them
+// without a copy.
 type EventStream interface {
 	All() iter.Seq2[Event, error]
 	Close() error

@@ -1,6 +1,7 @@
 package opencodetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,19 +10,30 @@ import (
 )
 
 // checkEventStream checks the [opencode.EventStream] contract: every open stream carries an
-// event, with its Directory; Close is idempotent and ends the range with an error matching
-// net.ErrClosed, after which it yields nothing; cancelling the context of Events ends the
-// range with context.Canceled.
+// event, with its Directory; an event's properties do not change while later events are
+// read; Close is idempotent and ends the range with an error matching net.ErrClosed, after
+// which it yields nothing; cancelling the context of Events ends the range with
+// context.Canceled.
 func checkEventStream(k *checker) {
 	a, b := k.subscribe(), k.subscribe()
 	s := k.session(opencode.CreateSessionRequest{Title: "conformance events"})
 	if s == nil || a == nil || b == nil {
 		return
 	}
+	var created opencode.Event
 	for _, r := range []*eventReader{a, b} {
 		evs := r.until(s.ID, "session.created", isType(opencode.EventSessionCreated))
 		if len(evs) != 1 || evs[0].Directory != k.h.Directory {
 			k.errorf("events %s: every stream should carry session.created first, with directory %s", types(evs), k.h.Directory)
+			return
+		}
+		created = evs[0].Event
+	}
+	kept := bytes.Clone(created.Properties)
+	if s2 := k.session(opencode.CreateSessionRequest{Title: "conformance events, later"}); s2 != nil {
+		b.until(s2.ID, "session.created", isType(opencode.EventSessionCreated))
+		if !bytes.Equal(created.Properties, kept) {
+			k.errorf("the properties of an event changed while later events were read: %.200s, were %.200s", created.Properties, kept)
 		}
 	}
 	checkStreamClose(k, a)
