@@ -43,9 +43,11 @@ func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
 // the parent notification, and reports whether it did: it does nothing when the run is no
 // longer active.
 func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) bool {
-	m.mu.Lock()
-	f, ok := m.finishLocked(e, rc, st, result, errMsg)
-	m.mu.Unlock()
+	f, ok := func() (finished, bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock() // a panic in it must not leave the Manager locked
+		return m.finishLocked(e, rc, st, result, errMsg)
+	}()
 	if ok {
 		m.afterFinish(f)
 	}

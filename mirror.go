@@ -146,7 +146,9 @@ type logFrame struct {
 	tool  *partEvent
 }
 
-// Bounds of a runLog: a run that streams more is decided from a read.
+// Bounds of a runLog: a run that streams more is decided from a read. The bytes counted are
+// the properties'; the frames kept hold their envelopes too (the stream's data of each event,
+// a few tens of bytes more).
 const (
 	maxLogBytes  = 1 << 20
 	maxLogFrames = 4096

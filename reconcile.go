@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -200,40 +202,45 @@ func (m *Manager) nextReconcilesLocked(jobs []reconcileJob) []reconcileJob {
 // streamedNextLocked reports whether the next queued reconcile is of a run the stream
 // carried.
 func (m *Manager) streamedNextLocked() bool {
-	if len(m.recon.order) == 0 {
-		return false
+	m.skipStaleLocked()
+	return len(m.recon.order) > 0 && m.tasks[m.recon.order[0]].streamed != nil
+}
+
+// skipStaleLocked drops from the head of the queue the sessions no longer waiting (cleared
+// meanwhile) and those whose tasks are no longer active.
+func (m *Manager) skipStaleLocked() {
+	for len(m.recon.order) > 0 {
+		id := m.recon.order[0]
+		_, queued := m.recon.rq[id]
+		if e := m.tasks[id]; queued && e != nil && e.task.Status.Active() {
+			return
+		}
+		m.recon.order[0] = ""
+		m.recon.order = m.recon.order[1:]
+		delete(m.recon.rq, id)
 	}
-	e := m.tasks[m.recon.order[0]]
-	return e != nil && e.streamed != nil
 }
 
 // nextReconcileLocked takes the next queued reconcile of a task that is still active.
 func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
-	for len(m.recon.order) > 0 {
-		id := m.recon.order[0]
-		m.recon.order[0] = ""
-		m.recon.order = m.recon.order[1:]
-		idle, ok := m.recon.rq[id]
-		if !ok {
-			continue
-		}
-		delete(m.recon.rq, id)
-		e := m.tasks[id]
-		if e == nil || !e.task.Status.Active() {
-			continue
-		}
-		streamed := e.streamed
-		e.streamed = nil
-		return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
+	if m.skipStaleLocked(); len(m.recon.order) == 0 {
+		m.recon.order = nil // let a burst's backing array go
+		return reconcileJob{}, false
 	}
-	m.recon.order = nil // let a burst's backing array go
-	return reconcileJob{}, false
+	id := m.recon.order[0]
+	m.recon.order[0] = ""
+	m.recon.order = m.recon.order[1:]
+	idle := m.recon.rq[id]
+	delete(m.recon.rq, id)
+	e := m.tasks[id]
+	streamed := e.streamed
+	e.streamed = nil
+	return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
 }
 
-// reconcile decides whether the run ended: from the messages its mirror had when the session
-// went idle, when they hold a completed reply, else from a read of the task session's latest
-// messages. A panic (in the Client or in deciding) ends the task in StatusError with the
-// panic's value and stack.
+// reconcile decides whether the run ended from a read of the task session's latest messages
+// (runs the stream carried whole are decided by decideStreamed). A panic (in the Client or in
+// deciding) ends the task in StatusError with the panic's value and stack.
 func (m *Manager) reconcile(r reconcileJob) {
 	e, rc, run, id := r.e, r.rc, r.run, r.id
 	defer func() {
@@ -243,10 +250,6 @@ func (m *Manager) reconcile(r reconcileJob) {
 		}
 	}()
 
-	if r.streamed != nil {
-		m.decideStreamed([]reconcileJob{r})
-		return
-	}
 	ctx, cancel := m.requestCtx()
 	defer cancel()
 	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
@@ -278,18 +281,10 @@ func (m *Manager) reconcile(r reconcileJob) {
 }
 
 // decideStreamed decides the runs of jobs, which the stream carried whole, from their
-// frames, and ends the completed ones under one lock; a run its frames do not show
-// completed (or that panics while being replayed) is decided from a read, as reconcile does.
+// frames: the completed ones end under one lock, then their saves, the queued tasks they free
+// and their follow-ups go out, up to endParallel at once. A run its frames do not show
+// completed, or whose replay or end panics (which is logged), is queued again, for a read.
 func (m *Manager) decideStreamed(jobs []reconcileJob) {
-	defer func() {
-		if p := recover(); p != nil { // a bug: the reads decide what it did not
-			m.cfg.logger.Error("asyncagents: panic while deciding streamed runs", "panic", p)
-			for _, r := range jobs {
-				r.streamed = nil
-				m.reconcile(r)
-			}
-		}
-	}()
 	results := make([]string, len(jobs))
 	done := make([]bool, len(jobs))
 	n := 0
@@ -300,18 +295,26 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	}
 	// The stream carried the runs whole: their running usage counted every step.
 	m.mirrors.decided.Add(int64(n)) // before the tasks show as completed
-	ended := m.finishAll(jobs, done, results)
+	ended := m.endStreamed(jobs, done, results)
 	m.mirrors.decided.Add(int64(len(ended) - n))
-	for _, f := range ended { // one task's failing save leaves the others' to be done
-		m.safely("recording the end of a run", func() { m.afterFinish(f) })
+	if len(ended) == 1 {
+		m.safely("recording the end of a run", func() { m.afterFinish(ended[0]) })
+		return
 	}
-	for i := range jobs {
-		if !done[i] {
-			jobs[i].streamed = nil
-			m.reconcile(jobs[i])
-		}
+	var g errgroup.Group // a store on a network saves one task at a time
+	g.SetLimit(endParallel)
+	for _, f := range ended {
+		g.Go(func() error {
+			m.safely("recording the end of a run", func() { m.afterFinish(f) })
+			return nil
+		})
 	}
+	_ = g.Wait()
 }
+
+// endParallel bounds the ends of a batch whose saves, queued starts and follow-ups are under
+// way at once: as many as the reconcilers of a burst would run.
+const endParallel = reconcileBurst
 
 // fromStream returns the result of r's run when its streamed frames hold a completed reply.
 // A panic while replaying them is logged, and the run is read instead.
@@ -330,18 +333,38 @@ func (m *Manager) fromStream(r reconcileJob) (result string, ok bool) {
 	return v.Result, v.Outcome == manager.Completed
 }
 
-// finishAll completes, under one lock, the runs of jobs marked done with their results, and
-// returns what is left to do for those it ended.
-func (m *Manager) finishAll(jobs []reconcileJob, done []bool, results []string) []finished {
+// endStreamed, under one lock, completes the tasks of the jobs marked done with their
+// results and queues the others again, for a read (a job whose end panics is one of those);
+// it returns what is left to do for the tasks it ended.
+func (m *Manager) endStreamed(jobs []reconcileJob, done []bool, results []string) []finished {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var ended []finished
 	for i, r := range jobs {
 		if done[i] {
-			if f, ok := m.finishLocked(r.e, r.rc, StatusCompleted, results[i], ""); ok {
+			f, ok, panicked := m.endLocked(r, results[i])
+			if ok {
 				ended = append(ended, f)
 			}
+			if !panicked {
+				continue
+			}
+		}
+		if m.tasks[r.id] == r.e && r.e.task.ResumeCount == r.rc && r.e.task.Status.Active() {
+			m.enqueueLocked(r.id, r.run.Idle)
 		}
 	}
 	return ended
+}
+
+// endLocked completes the task of job r with result, as finishLocked does; a panic is logged.
+func (m *Manager) endLocked(r reconcileJob, result string) (f finished, ok, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.cfg.logger.Error("asyncagents: panic while ending a run", "task", r.id, "panic", p)
+			f, ok, panicked = finished{}, false, true
+		}
+	}()
+	f, ok = m.finishLocked(r.e, r.rc, StatusCompleted, result, "")
+	return f, ok, false
 }

@@ -129,11 +129,13 @@ func stepInfo(props []byte) (opencode.InfoFacts, bool) {
 	}
 	var p struct {
 		Info struct {
-			Role   string               `json:"role"`
-			Time   opencode.MessageTime `json:"time"`
-			Finish string               `json:"finish"`
-			Tokens opencode.Tokens      `json:"tokens"`
-			Cost   float64              `json:"cost"`
+			Role string `json:"role"`
+			Time struct {
+				Completed int64 `json:"completed"` // what the scan reads: not created
+			} `json:"time"`
+			Finish string          `json:"finish"`
+			Tokens opencode.Tokens `json:"tokens"`
+			Cost   float64         `json:"cost"`
 		} `json:"info"`
 	}
 	if json.Unmarshal(props, &p) != nil {

@@ -252,16 +252,13 @@ func scanCount(dst *int64, val []byte) bool {
 }
 
 // scanFloat reads a JSON number, or null (which leaves *dst as it is), as encoding/json
-// reads one into a float64; ok is false for anything that is not made of a number's
-// characters or that strconv.ParseFloat rejects (one out of range).
+// reads one into a float64; ok is false for anything else, or for a number out of range.
 func scanFloat(dst *float64, val []byte) bool {
 	if string(val) == "null" {
 		return true
 	}
-	for _, c := range val {
-		if (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' {
-			return false
-		}
+	if !isJSONNumber(val) {
+		return false
 	}
 	x, err := strconv.ParseFloat(string(val), 64)
 	if err != nil {
@@ -269,6 +266,34 @@ func scanFloat(dst *float64, val []byte) bool {
 	}
 	*dst = x
 	return true
+}
+
+// isJSONNumber reports whether b is a number as JSON writes one: -?(0|[1-9][0-9]*)
+// (.[0-9]+)?([eE][+-]?[0-9]+)?
+func isJSONNumber(b []byte) bool {
+	digits := func(b []byte) ([]byte, bool) { // one or more
+		n := 0
+		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+			n++
+		}
+		return b[n:], n > 0
+	}
+	b = bytes.TrimPrefix(b, []byte("-"))
+	if len(b) > 1 && b[0] == '0' && b[1] >= '0' && b[1] <= '9' {
+		return false
+	}
+	b, ok := digits(b)
+	if ok && len(b) > 0 && b[0] == '.' {
+		b, ok = digits(b[1:])
+	}
+	if ok && len(b) > 0 && (b[0] == 'e' || b[0] == 'E') {
+		b = b[1:]
+		if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+			b = b[1:]
+		}
+		b, ok = digits(b)
+	}
+	return ok && len(b) == 0
 }
 
 // PartFacts is what [ScanPart] reads of a message.part.updated event's part.

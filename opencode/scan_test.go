@@ -140,7 +140,13 @@ func TestScanMessageInfo(t *testing.T) {
 		{`{"info":{"id":"msg_2","tokens":{"Input":1}}}`, false},           // another case
 		{`{"info":{"id":"msg_2","tokens":{"input":1,"input":2}}}`, false}, // repeated
 		{`{"info":{"id":"msg_2","tokens":{"cache":{"read":1,"Read":2}}}}`, false},
-		{`{"info":{"id":"msg_2","cost":"0.1"}}`, false},      // not a number
+		{`{"info":{"id":"msg_2","cost":"0.1"}}`, false}, // not a number
+		{`{"info":{"id":"msg_2","cost":-0.5E+2}}`, true},
+		{`{"info":{"id":"msg_2","cost":+1}}`, false}, // not JSON
+		{`{"info":{"id":"msg_2","cost":1.}}`, false},
+		{`{"info":{"id":"msg_2","cost":.5}}`, false},
+		{`{"info":{"id":"msg_2","cost":01}}`, false},
+		{`{"info":{"id":"msg_2","cost":1e}}`, false},
 		{`{"info":{"id":"msg_2","cost":1e999}}`, false},      // out of range
 		{`{"info":{"id":"msg_2","cost":1,"cost":2}}`, false}, // repeated
 		{`{"sessionID":"ses_1","info":[]}`, false},
