@@ -106,8 +106,7 @@ const claimEvery = time.Second
 // every claimEvery (or third of the lease, when shorter) until the Manager closes.
 func (m *Manager) leaseLoop() {
 	ls := m.leaseStore()
-	renewEvery := ls.LeaseDuration() / 3
-	every := min(renewEvery, claimEvery)
+	renewEvery, every := m.leaseEvery()
 	renewed := m.now()
 	for m.wait(every) {
 		ctx, cancel := context.WithTimeout(m.ctx, renewEvery)
@@ -129,7 +128,7 @@ func (m *Manager) leaseLoop() {
 			for _, id := range wanted {
 				m.mu.Lock()
 				e := m.tasks[id]
-				handing := e != nil && !e.lost
+				handing := e != nil && !e.lost && !m.now().Before(e.handoverAt)
 				if handing {
 					e.lost = true // stops new requests on it; handOver waits for the others
 				}
@@ -152,6 +151,17 @@ func (m *Manager) leaseLoop() {
 		}
 	}
 }
+
+// leaseEvery returns how often the leases are renewed, and how often the lease loop looks
+// (renews when due, hands over the tasks other hosts want, claims expired leases).
+func (m *Manager) leaseEvery() (renew, look time.Duration) {
+	renew = m.leaseStore().LeaseDuration() / 3
+	return renew, min(renew, claimEvery)
+}
+
+// maxHandoverWaits bounds the wait before a failed handover is tried again, in looks of the
+// lease loop: well within the time a pull waits (pullTimeout).
+const maxHandoverWaits = 8
 
 // dropLost forgets tasks whose leases another host now holds: it stops acting on them and
 // leaves their records to that host. A blocked Output on one returns [ErrTaskNotFound].
@@ -206,7 +216,8 @@ func (m *Manager) handoffStore() HandoffStore {
 // flight on it (each bounded by the lease), stores its newest record, forgets it and yields
 // its lease. When the record cannot be stored (the database is unreachable), it keeps the
 // task and acts on it again; the other host's request, still in the store, is taken up again
-// at the next look.
+// at a later look of the lease loop: a look's time after the first failure at the soonest,
+// then twice as long after each further one, up to maxHandoverWaits looks' time.
 func (m *Manager) handOver(hs HandoffStore, e *entry) {
 	for {
 		m.mu.Lock()
@@ -224,6 +235,9 @@ func (m *Manager) handOver(hs HandoffStore, e *entry) {
 		kept := !lostLease(err) && !e.removed // lost: persist dropped it, and its new holder has it
 		if kept {
 			e.lost = false // renewed with the others: marked lost, no one would act on it
+			_, look := m.leaseEvery()
+			e.handoverWait = min(max(2*e.handoverWait, look), maxHandoverWaits*look)
+			e.handoverAt = m.now().Add(e.handoverWait)
 		}
 		m.mu.Unlock()
 		if kept {

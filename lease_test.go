@@ -792,3 +792,40 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 	waitNotifications(t, f, caller.SessionID, 3)
 	settledNotifications(t, f, caller.SessionID, 3)
 }
+
+// H-5: a holder that cannot save a task another host wants keeps it and tries the handover
+// again less and less often (a look of its lease loop's time after the first failure, then
+// twice as long each time), not at every look, each a failing save; and it hands the task
+// over once it can save.
+func TestHandoverRetriesBackOffH5(t *testing.T) {
+	_, url, f, caller := pgCase(t)
+	store := &failingSaves{Store: openPG(t, url)}
+	opt := asyncagents.WithFollowUpQueue(1)
+	a := newManager(t, f, opt, asyncagents.WithStore(store))
+	b := newManager(t, f, opt, asyncagents.WithStore(openPG(t, url)))
+	id := launch(t, a, caller, "task").ID
+	store.until.Store(time.Now().Add(time.Hour).UnixNano())
+	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil { // a change A cannot save
+		t.Fatalf("queue a follow-up on A: %v", err)
+	}
+	store.failed.Store(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	_, err := b.Output(ctx, caller, id, asyncagents.OutputOptions{})
+	cancel()
+	if err == nil {
+		t.Fatal("B got the task while A could not save it")
+	}
+	// A looks every third of the lease (500 ms): 10 looks in those 5 s; backing off, it
+	// tries at about 0, 1, 2 and 4.5 s.
+	if n := store.failed.Load(); n == 0 || n > 5 {
+		t.Fatalf("A tried %d handovers in 5 s, want 1 to 5", n)
+	}
+	store.until.Store(0)
+	out, err := b.Output(t.Context(), caller, id, asyncagents.OutputOptions{})
+	if err != nil || out.Task.Status != asyncagents.StatusRunning {
+		t.Fatalf("Output on B once A can save: %+v, %v", out.Task.Status, err)
+	}
+	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
+		t.Fatalf("A still has the task B took over: %v", err)
+	}
+}

@@ -28,6 +28,10 @@ type entry struct {
 	saved   uint64
 	removed bool // cleared or taken away with its parent: never saved again
 	lost    bool // its lease is another host's now, or is being handed over (lease.go)
+	// A handover whose save failed is tried again from handoverAt on; handoverWait, the time
+	// before that, doubles with each failure (lease.go).
+	handoverAt   time.Time
+	handoverWait time.Duration
 	// resuming: sendFollowUp is starting the run of a queued follow-up (resume.go)
 	resuming bool
 	acting   int // requests in flight that act on it under its lease (leaseCtx), and posts until their outcome is set (postCtx)
