@@ -74,9 +74,14 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	req.Model, _ = parseModel(t.Model) // validated at launch
 	m.mu.Unlock()
 
+	sent := false
 	defer func() { // also when PromptAsync panics: the send is over either way
 		m.mu.Lock()
-		e.sending, e.sentAt = false, m.now()
+		if e.sending = false; sent {
+			e.sentAt = m.now()
+		} else {
+			e.sends-- // refused before it was sent: not one of the run's sends
+		}
 		m.mu.Unlock()
 	}()
 	ctx, cancel, err := m.leaseCtx(ctx, id)
@@ -84,6 +89,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 		return err
 	}
 	defer cancel()
+	sent = true
 	err = m.client.PromptAsync(ctx, id, req)
 	var refused *opencode.APIError
 	if err == nil || errors.As(err, &refused) {
