@@ -216,8 +216,8 @@ func (m *Manager) handoffStore() HandoffStore {
 // flight on it (each bounded by the lease), stores its newest record, forgets it and yields
 // its lease. When the record cannot be stored (the database is unreachable), it keeps the
 // task and acts on it again; the other host's request, still in the store, is taken up again
-// at a later look of the lease loop: a look's time after the first failure at the soonest,
-// then twice as long after each further one, up to maxHandoverWaits looks' time.
+// at a later look of the lease loop: the next one after the first failure, then one twice as
+// long after each further failure, up to maxHandoverWaits looks' time.
 func (m *Manager) handOver(hs HandoffStore, e *entry) {
 	for {
 		m.mu.Lock()
@@ -236,8 +236,11 @@ func (m *Manager) handOver(hs HandoffStore, e *entry) {
 		if kept {
 			e.lost = false // renewed with the others: marked lost, no one would act on it
 			_, look := m.leaseEvery()
+			if m.now().Sub(e.handoverAt) > maxHandoverWaits*look { // the last failure is long past
+				e.handoverWait = 0
+			}
 			e.handoverWait = min(max(2*e.handoverWait, look), maxHandoverWaits*look)
-			e.handoverAt = m.now().Add(e.handoverWait)
+			e.handoverAt = m.now().Add(e.handoverWait - look/2) // due at the look that comes then
 		}
 		m.mu.Unlock()
 		if kept {

@@ -794,9 +794,9 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 }
 
 // H-5: a holder that cannot save a task another host wants keeps it and tries the handover
-// again less and less often (a look of its lease loop's time after the first failure, then
-// twice as long each time), not at every look, each a failing save; and it hands the task
-// over once it can save.
+// again less and less often (at the next look of its lease loop after the first failure,
+// then twice as long after each), not at every look, each a failing save; and it hands the
+// task over once it can save.
 func TestHandoverRetriesBackOffH5(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
@@ -816,7 +816,7 @@ func TestHandoverRetriesBackOffH5(t *testing.T) {
 		t.Fatal("B got the task while A could not save it")
 	}
 	// A looks every third of the lease (500 ms): 10 looks in those 5 s; backing off, it
-	// tries at about 0, 1, 2 and 4.5 s.
+	// tries at about 0, 0.5, 1.5 and 3.5 s.
 	if n := store.failed.Load(); n == 0 || n > 5 {
 		t.Fatalf("A tried %d handovers in 5 s, want 1 to 5", n)
 	}

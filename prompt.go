@@ -61,6 +61,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 		m.mu.Unlock()
 		return nil
 	}
+	pid := t.PromptID // the run's prompt: a run after it counts its own sends
 	e.sending = true
 	e.sends++
 	if e.mirror != nil && e.sends == 1 { // a connection delivering events now delivers the run's
@@ -77,12 +78,15 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	sent := false
 	defer func() { // also when PromptAsync panics: the send is over either way
 		m.mu.Lock()
+		defer m.mu.Unlock()
+		if e.task.PromptID != pid {
+			return // a later run's prompt meanwhile, with its own send state
+		}
 		if e.sending = false; sent {
 			e.sentAt = m.now()
-		} else {
+		} else if e.sends > 0 {
 			e.sends-- // refused before it was sent: not one of the run's sends
 		}
-		m.mu.Unlock()
 	}()
 	ctx, cancel, err := m.leaseCtx(ctx, id)
 	if err != nil {

@@ -128,7 +128,19 @@ func (m *Manager) wakeReconcilerLocked() {
 
 func (m *Manager) reconcileLoop(resident bool) {
 	rs := &m.recon
-	working := false
+	working, returned := false, false
+	defer func() { // a panic ended the loop (a resident one is started again): it counts no more
+		if !returned {
+			m.mu.Lock()
+			if working {
+				rs.busy--
+			}
+			if !resident {
+				rs.alive--
+			}
+			m.mu.Unlock()
+		}
+	}()
 	var jobs []reconcileJob
 	for {
 		m.mu.Lock()
@@ -145,6 +157,7 @@ func (m *Manager) reconcileLoop(resident bool) {
 		} else if !resident {
 			rs.alive--
 			m.mu.Unlock()
+			returned = true
 			return
 		}
 		m.mu.Unlock()
@@ -159,6 +172,7 @@ func (m *Manager) reconcileLoop(resident bool) {
 		}
 		select {
 		case <-m.stop:
+			returned = true
 			return
 		case <-m.recon.wake:
 		}
@@ -282,8 +296,9 @@ func (m *Manager) reconcile(r reconcileJob) {
 
 // decideStreamed decides the runs of jobs, which the stream carried whole, from their
 // frames: the completed ones end under one lock, then their saves, the queued tasks they free
-// and their follow-ups go out, up to endParallel at once. A run its frames do not show
-// completed, or whose replay or end panics (which is logged), is queued again, for a read.
+// and their follow-ups go out, up to endParallel at once (for each reconciler). A run its
+// frames do not show completed, or whose replay panics, is queued again, for a read; so is
+// one whose end panics, if it is still active after the panic. Panics are logged.
 func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	results := make([]string, len(jobs))
 	done := make([]bool, len(jobs))
@@ -312,8 +327,8 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	_ = g.Wait()
 }
 
-// endParallel bounds the ends of a batch whose saves, queued starts and follow-ups are under
-// way at once: as many as the reconcilers of a burst would run.
+// endParallel bounds the ends of a reconciler's batch whose saves, queued starts and
+// follow-ups are under way at once: as many as the reconcilers of a burst would run.
 const endParallel = reconcileBurst
 
 // fromStream returns the result of r's run when its streamed frames hold a completed reply.
@@ -321,7 +336,7 @@ const endParallel = reconcileBurst
 func (m *Manager) fromStream(r reconcileJob) (result string, ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
-			m.cfg.logger.Error("asyncagents: panic while replaying a run", "task", r.id, "panic", p)
+			m.cfg.logger.Error("asyncagents: panic while replaying a run", "task", r.id, "panic", p, "stack", string(debug.Stack()))
 			result, ok = "", false
 		}
 	}()
@@ -334,8 +349,8 @@ func (m *Manager) fromStream(r reconcileJob) (result string, ok bool) {
 }
 
 // endStreamed, under one lock, completes the tasks of the jobs marked done with their
-// results and queues the others again, for a read (a job whose end panics is one of those);
-// it returns what is left to do for the tasks it ended.
+// results and queues the others again, for a read (a job whose end panics is one of those,
+// while its task is active); it returns what is left to do for the tasks it ended.
 func (m *Manager) endStreamed(jobs []reconcileJob, done []bool, results []string) []finished {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -361,7 +376,7 @@ func (m *Manager) endStreamed(jobs []reconcileJob, done []bool, results []string
 func (m *Manager) endLocked(r reconcileJob, result string) (f finished, ok, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
-			m.cfg.logger.Error("asyncagents: panic while ending a run", "task", r.id, "panic", p)
+			m.cfg.logger.Error("asyncagents: panic while ending a run", "task", r.id, "panic", p, "stack", string(debug.Stack()))
 			f, ok, panicked = finished{}, false, true
 		}
 	}()
