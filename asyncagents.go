@@ -19,7 +19,7 @@ import (
 // subscription (GET /global/event, reconnected with backoff) and one goroutine applying its
 // events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
 // read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
-// empty) and one notifier with up to 32 delivery workers, each posting up to 8 of one
+// empty; and up to 16 more, in all, recording the ends of runs decided together) and one notifier with up to 32 delivery workers, each posting up to 8 of one
 // parent's notifications at once (with 7 goroutines of its own); with a [LeaseStore], one
 // renewing and claiming leases (and, with a [HandoffStore], one short-lived goroutine per
 // task it hands over to another host), and with a [SlotStore] and limits, one granting slots; right
@@ -86,7 +86,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		batches:   map[string]*batch{},
 		open:      map[string]string{},
 		cleared:   map[string]Usage{},
-		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1)},
+		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1), ends: make(chan struct{}, endParallel)},
 		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
 		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}, wake: make(chan struct{}, 1)},
 		mirrors:   mirrors{logs: map[string]*runLog{}, tried: make(chan struct{})},

@@ -98,8 +98,9 @@
 // A Manager is safe for concurrent use. It owns a bounded number of goroutines, whatever the
 // number of tasks: 4 + n always (the event stream, the goroutine applying its events, the
 // status poll, the notifier, and n reconcilers, [WithReconcilers]); during a burst of run ends
-// up to 64 reconcilers in all and 32 notification workers, one parent session each, each
-// with up to 7 more goroutines posting that parent's merged notifications; right
+// up to 64 reconcilers in all, with up to 16 more recording the ends of the runs they decide
+// together, and 32 notification workers, one parent session each, each with up to 7 more
+// goroutines posting that parent's merged notifications; right
 // after [New], one that starts the stored queued tasks and one that sends the stored
 // follow-ups; with [WithPermissionPolicy], one per permission request being answered.
 // [Manager.Close] stops them all and waits.

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -106,6 +105,9 @@ type reconciling struct {
 	order              []string        // the same, in the order they came
 	wake               chan struct{}   // tells a waiting reconciler there is work
 	alive, busy, limit int             // reconcilers running, reading, and at most
+	// ends holds a token for each goroutine recording the end of a run decided with others
+	// (decideStreamed): endParallel at most, whatever the reconcilers. Not under Manager.mu.
+	ends chan struct{}
 }
 
 // reconcileBurst bounds the extra reconcilers (see reconcilers).
@@ -296,7 +298,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 
 // decideStreamed decides the runs of jobs, which the stream carried whole, from their
 // frames: the completed ones end under one lock, then their saves, the queued tasks they free
-// and their follow-ups go out, up to endParallel at once (for each reconciler). A run its
+// and their follow-ups go out, up to endParallel at once (with the other reconcilers'). A run its
 // frames do not show completed, or whose replay panics, is queued again, for a read; so is
 // one whose end panics, if it is still active after the panic. Panics are logged.
 func (m *Manager) decideStreamed(jobs []reconcileJob) {
@@ -316,19 +318,23 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 		m.safely("recording the end of a run", func() { m.afterFinish(ended[0]) })
 		return
 	}
-	var g errgroup.Group // a store on a network saves one task at a time
-	g.SetLimit(endParallel)
+	var wg sync.WaitGroup // a store on a network saves one task at a time: several at once
 	for _, f := range ended {
-		g.Go(func() error {
+		m.recon.ends <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				<-m.recon.ends
+				wg.Done()
+			}()
 			m.safely("recording the end of a run", func() { m.afterFinish(f) })
-			return nil
-		})
+		}()
 	}
-	_ = g.Wait()
+	wg.Wait()
 }
 
-// endParallel bounds the ends of a reconciler's batch whose saves, queued starts and
-// follow-ups are under way at once: as many as the reconcilers of a burst would run.
+// endParallel bounds the goroutines recording the ends of runs decided together (their
+// saves, the queued tasks they free, their follow-ups), all reconcilers together.
 const endParallel = reconcileBurst
 
 // fromStream returns the result of r's run when its streamed frames hold a completed reply.
