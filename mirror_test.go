@@ -512,3 +512,18 @@ func TestLaunchAwaitsTheStreamAtMostTheQuickTimeoutT6(t *testing.T) {
 		t.Errorf("%s %q", got.Status, got.Error)
 	}
 }
+
+// T-6: a run the stream carried whole whose frames do not show it completed (the model
+// failed) is decided at once from a read, not left to the status poll (an hour away here).
+func TestFailedRunCarriedWholeIsReadT6(t *testing.T) {
+	c := &readsClient{Client: fakeClient(t)}
+	m, caller := streamManager(t, c)
+	task := launch(t, m, caller, "FAIL:500")
+	out, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: 10 * time.Second})
+	if err != nil || out.Task.Status != asyncagents.StatusError {
+		t.Fatalf("a failed run: %s %q (%v), want %s", out.Task.Status, out.Task.Error, err, asyncagents.StatusError)
+	}
+	if len(c.readsOf(task.ID)) == 0 {
+		t.Error("decided without a read of its messages")
+	}
+}
