@@ -200,12 +200,11 @@ func readString(dst *string, val []byte) bool {
 // scanInt reads a JSON number that is a plain integer (no fraction or exponent) and fits an
 // int64, as encoding/json reads one into an int64; ok is false for anything else.
 func scanInt(val []byte) (n int64, ok bool) {
-	digits := bytes.TrimPrefix(val, []byte("-"))
-	n, err := strconv.ParseInt(string(val), 10, 64)
-	if err != nil || val[0] == '+' || (len(digits) > 1 && digits[0] == '0') { // JSON has neither
+	if !isJSONNumber(val) {
 		return 0, false
 	}
-	return n, true
+	n, err := strconv.ParseInt(string(val), 10, 64) // declines a fraction or an exponent
+	return n, err == nil
 }
 
 // scanTokens reads the tokens object val into t, as encoding/json would (null leaves t
