@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asyncagents/asyncagents/internal/scan"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -114,7 +115,7 @@ func (m *Manager) confirmPosted(ev opencode.Event) {
 
 // messageID returns the id of the message of a message.updated event, "" when it has none.
 func messageID(ev opencode.Event) string {
-	if id := opencode.LeadingInfoID(ev.Properties); id != nil {
+	if id := scan.LeadingInfoID(ev.Properties); id != nil {
 		return string(id)
 	}
 	var p struct {

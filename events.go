@@ -9,6 +9,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/asyncagents/asyncagents/internal/scan"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -242,7 +243,7 @@ func (m *Manager) statusEvent(ev opencode.Event, sid string, epoch uint64) (runE
 	case opencode.EventSessionIdle:
 		return m.idleEvent(runEvent{typ: ev.Type, sid: sid}, epoch), true
 	case opencode.EventSessionStatus:
-		if typ, ok := opencode.BareStatusType(ev.Properties); ok {
+		if typ, ok := scan.BareStatusType(ev.Properties); ok {
 			re := runEvent{typ: ev.Type, sid: sid, status: typ}
 			if typ == "idle" {
 				re = m.idleEvent(re, epoch)
@@ -288,7 +289,7 @@ func (m *Manager) partUpdated(q *eventQueue, ev opencode.Event, epoch uint64) {
 	if r != nil && r.broken {
 		r = nil
 	}
-	tool, streamed := opencode.PartTypes(ev.Properties)
+	tool, streamed := scan.PartTypes(ev.Properties)
 	if !tool { // text and reasoning go to the mirror, decoded when the run is decided; other parts are written once
 		if r != nil && streamed {
 			r.add(logFrame{props: ev.Properties}, epoch)
@@ -328,7 +329,7 @@ func (m *Manager) activity(q *eventQueue, sid []byte) {
 // eventSession returns the session id of an event: without a copy when OpenCode wrote it
 // first in the properties, as it does.
 func eventSession(ev opencode.Event) []byte {
-	if sid := opencode.LeadingSessionID(ev.Properties); sid != nil {
+	if sid := scan.LeadingSessionID(ev.Properties); sid != nil {
 		return sid
 	}
 	if sid := ev.SessionID(); sid != "" {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asyncagents/asyncagents/internal/scan"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -222,9 +223,9 @@ func superseded(frames []logFrame) []bool {
 		case f.tool != nil:
 			continue
 		case f.msg:
-			id = opencode.LeadingInfoID(f.props)
+			id = scan.LeadingInfoID(f.props)
 		default:
-			id = opencode.LeadingPartID(f.props)
+			id = scan.LeadingPartID(f.props)
 		}
 		if id == nil {
 			continue
@@ -301,7 +302,7 @@ func (r *runMirror) message(props []byte) {
 		return
 	}
 	var ev messageEvent
-	if f, ok := opencode.ScanMessageInfo(props); ok && !f.Error { // most are read so, without a decode
+	if f, ok := scan.MessageInfo(props); ok && !f.Error { // most are read so, without a decode
 		ev.Info.ID, ev.Info.ParentID, ev.Info.Role, ev.Info.Finish, ev.Info.Time.Completed = f.ID, f.ParentID, f.Role, f.Finish, f.Completed
 	} else if err := json.Unmarshal(props, &ev); err != nil {
 		r.broken = true
@@ -323,18 +324,18 @@ var userRole = []byte(`"role":"user"`)
 
 // placed applies a message.updated event that a later frame of the same message supersedes:
 // it places the message, with its role, and nothing else. props start with the message id
-// (opencode.LeadingInfoID).
+// (scan.LeadingInfoID).
 func (r *runMirror) placed(props []byte) {
 	if !r.following() {
 		return
 	}
 	var user bool
-	if f, ok := opencode.ScanMessageInfo(props); ok {
+	if f, ok := scan.MessageInfo(props); ok {
 		user = f.Role == opencode.RoleUser
 	} else {
 		user = bytes.Contains(props, userRole)
 	}
-	if in := r.place(string(opencode.LeadingInfoID(props)), user); in != nil && in.Role == "" {
+	if in := r.place(string(scan.LeadingInfoID(props)), user); in != nil && in.Role == "" {
 		in.Role = opencode.RoleAssistant
 		if user {
 			in.Role = opencode.RoleUser
@@ -376,12 +377,12 @@ func (r *runMirror) place(id string, user bool) *opencode.MessageInfo {
 // partEvent is what the Manager reads of a message.part.updated event's part: what progress
 // counts (a tool part's id and tool) and what a mirror keeps; the rest (a tool's input and
 // output) is skipped.
-type partEvent struct{ opencode.PartFacts }
+type partEvent struct{ scan.PartFacts }
 
-// decodePart reads the part of a message.part.updated event's properties (opencode.ReadPart:
+// decodePart reads the part of a message.part.updated event's properties (scan.ReadPart:
 // scanned, or else decoded); ok is false when they hold none, or one without an id or type.
 func decodePart(props []byte) (p partEvent, ok bool) {
-	f, ok := opencode.ReadPart(props)
+	f, ok := scan.ReadPart(props)
 	return partEvent{f}, ok && f.ID != "" && f.Type != ""
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/asyncagents/asyncagents/internal/scan"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -101,7 +102,7 @@ func completedStep(props []byte) bool {
 // stepLocked counts the step of props, a message.updated event of e's active run that may
 // be a completed step, in the run's running figures, once.
 func (m *Manager) stepLocked(e *entry, props []byte) {
-	id := opencode.LeadingInfoID(props)
+	id := scan.LeadingInfoID(props)
 	if id == nil || e.steps[string(id)] || string(id) <= e.baseline {
 		return // the second of the two updates OpenCode sends of a completed step, or an earlier run's
 	}
@@ -113,7 +114,8 @@ func (m *Manager) stepLocked(e *entry, props []byte) {
 		e.steps = map[string]bool{}
 	}
 	e.steps[string(id)], e.lastFinish = true, info.Finish
-	t, step := &e.task, usageOf(&info.Tokens, info.Cost)
+	tk := info.Tokens
+	t, step := &e.task, Usage{Input: tk.Input, Output: tk.Output, Reasoning: tk.Reasoning, CacheRead: tk.Cache.Read, CacheWrite: tk.Cache.Write, Cost: info.Cost}
 	if t.ResumeCount == 0 && len(e.steps) == 1 && t.FirstStep.IsZero() {
 		t.FirstStep = step
 	}
@@ -123,8 +125,8 @@ func (m *Manager) stepLocked(e *entry, props []byte) {
 
 // stepInfo reads what stepLocked needs of a message.updated event's properties: scanned,
 // or decoded when the scan declines (it runs under the Manager's lock, for every step).
-func stepInfo(props []byte) (opencode.InfoFacts, bool) {
-	if f, ok := opencode.ScanMessageInfo(props); ok {
+func stepInfo(props []byte) (scan.InfoFacts, bool) {
+	if f, ok := scan.MessageInfo(props); ok {
 		return f, true
 	}
 	var p struct {
@@ -133,16 +135,16 @@ func stepInfo(props []byte) (opencode.InfoFacts, bool) {
 			Time struct {
 				Completed int64 `json:"completed"` // what the scan reads: not created
 			} `json:"time"`
-			Finish string          `json:"finish"`
-			Tokens opencode.Tokens `json:"tokens"`
-			Cost   float64         `json:"cost"`
+			Finish string      `json:"finish"`
+			Tokens scan.Tokens `json:"tokens"`
+			Cost   float64     `json:"cost"`
 		} `json:"info"`
 	}
 	if json.Unmarshal(props, &p) != nil {
-		return opencode.InfoFacts{}, false
+		return scan.InfoFacts{}, false
 	}
 	i := p.Info
-	return opencode.InfoFacts{Role: i.Role, Completed: i.Time.Completed, Finish: i.Finish, Tokens: i.Tokens, Cost: i.Cost}, true
+	return scan.InfoFacts{Role: i.Role, Completed: i.Time.Completed, Finish: i.Finish, Tokens: i.Tokens, Cost: i.Cost}, true
 }
 
 // settleUsageLocked sets e's run usage to the sum of the completed steps of run, the run's own

@@ -5,14 +5,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/internal/scan"
 )
 
 // stepInfo reads the same step whether the scan takes the properties or declines them and
 // they are decoded (here: whitespace, which the scan declines).
 func TestStepInfoScannedOrDecoded(t *testing.T) {
-	want := opencode.InfoFacts{Role: "assistant", Completed: 2, Finish: "stop", Cost: 0.25,
-		Tokens: opencode.Tokens{Input: 100, Output: 20, Cache: opencode.CacheTokens{Read: 7}}}
+	want := scan.InfoFacts{Role: "assistant", Completed: 2, Finish: "stop", Cost: 0.25,
+		Tokens: scan.Tokens{Input: 100, Output: 20}}
+	want.Tokens.Cache.Read = 7
 	for _, props := range []string{
 		`{"sessionID":"ses_1","info":{"id":"msg_2","role":"assistant","time":{"created":1,"completed":2},"cost":0.25,"tokens":{"input":100,"output":20,"reasoning":0,"cache":{"read":7,"write":0}},"finish":"stop"}}`,
 		`{"sessionID": "ses_1", "info": {"id": "msg_2", "role": "assistant", "time": {"completed": 2}, "cost": 0.25, "tokens": {"input": 100, "output": 20, "cache": {"read": 7}}, "finish": "stop"}}`,

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/asyncagents/asyncagents/internal/scan"
 )
 
 // Client is what the asyncagents Manager needs from an OpenCode server. [HTTPClient]
@@ -360,7 +362,7 @@ func (c *HTTPClient) PostMessage(ctx context.Context, sessionID string, req Prom
 	if err := c.do(ctx, http.MethodPost, path, nil, req, (*rawAnswer)(&body)); err != nil {
 		return "", err
 	}
-	f, ok := ScanMessageInfo(body)
+	f, ok := scan.MessageInfo(body)
 	if id = f.ID; !ok || id == "" {
 		var m struct{ Info MessageInfo } // another shape: decoded (an escape in the id, say)
 		if err := json.Unmarshal(body, &m); err != nil || m.Info.ID == "" {

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/asyncagents/asyncagents/internal/scan"
 	sse "github.com/tmaxmax/go-sse"
 )
 
@@ -74,7 +75,7 @@ type EventProperties struct {
 // sessionID of properties.part or properties.info — without decoding the rest, so a
 // subscriber can drop the events of other sessions cheaply. It returns "" when there is none.
 func (e *Event) SessionID() string {
-	if sid := LeadingSessionID(e.Properties); sid != nil { // OpenCode writes it first
+	if sid := scan.LeadingSessionID(e.Properties); sid != nil { // OpenCode writes it first
 		return string(sid)
 	}
 	var p struct {
@@ -327,11 +328,11 @@ func scanFrame(data []byte, lastDir string) (ev Event, ok bool) {
 		return Event{}, false
 	}
 	var dir []byte
-	if dir, rest, ok = scanString(rest); !ok {
+	if dir, rest, ok = scan.String(rest); !ok {
 		return Event{}, false
 	}
 	if r, found := bytes.CutPrefix(rest, []byte(`,"project":`)); found {
-		if _, rest, ok = scanString(r); !ok {
+		if _, rest, ok = scan.String(r); !ok {
 			return Event{}, false
 		}
 	}
@@ -340,7 +341,7 @@ func scanFrame(data []byte, lastDir string) (ev Event, ok bool) {
 	}
 	var id []byte
 	if r, found := bytes.CutPrefix(rest, []byte(`"id":`)); found {
-		if id, r, ok = scanString(r); !ok {
+		if id, r, ok = scan.String(r); !ok {
 			return Event{}, false
 		}
 		if rest, ok = bytes.CutPrefix(r, []byte(`,`)); !ok {
@@ -351,13 +352,13 @@ func scanFrame(data []byte, lastDir string) (ev Event, ok bool) {
 	if rest, ok = bytes.CutPrefix(rest, []byte(`"type":`)); !ok {
 		return Event{}, false
 	}
-	if typ, rest, ok = scanString(rest); !ok {
+	if typ, rest, ok = scan.String(rest); !ok {
 		return Event{}, false
 	}
 	if rest, ok = bytes.CutPrefix(rest, []byte(`,"properties":`)); !ok {
 		return Event{}, false
 	}
-	n := valueLen(rest)
+	n := scan.ValueLen(rest)
 	if n < 0 || string(rest[n:]) != `}}` {
 		return Event{}, false
 	}
@@ -384,73 +385,4 @@ func str(b []byte, same string) string {
 		return same
 	}
 	return string(b)
-}
-
-// scanString reads a JSON string at the start of b that has no escapes, control characters
-// or non-ASCII bytes, and returns its contents and what follows it.
-func scanString(b []byte) (s, rest []byte, ok bool) {
-	if len(b) == 0 || b[0] != '"' {
-		return nil, nil, false
-	}
-	for i := 1; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return b[1:i], b[i+1:], true
-		case c == '\\' || c < ' ' || c >= 0x80:
-			return nil, nil, false
-		}
-	}
-	return nil, nil, false
-}
-
-// valueLen returns the length of the object, array or string at the start of b, found by
-// matching brackets outside strings (a string ends at a quote not escaped by a backslash), or
-// -1 when b starts with anything else or the value does not end. It checks nothing else of
-// the value's syntax.
-func valueLen(b []byte) int {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			end := stringEnd(b, i)
-			if end < 0 {
-				return -1
-			}
-			if i = end; depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth--; depth <= 0 {
-				if depth < 0 {
-					return -1
-				}
-				return i + 1
-			}
-		default:
-			if depth == 0 {
-				return -1
-			}
-		}
-	}
-	return -1
-}
-
-// stringEnd returns the index of the quote that closes the string opened at b[start], or -1.
-func stringEnd(b []byte, start int) int {
-	for i := start + 1; ; i++ {
-		k := bytes.IndexByte(b[i:], '"')
-		if k < 0 {
-			return -1
-		}
-		i += k
-		escapes := 0
-		for j := i - 1; j > start && b[j] == '\\'; j-- {
-			escapes++
-		}
-		if escapes%2 == 0 {
-			return i
-		}
-	}
 }

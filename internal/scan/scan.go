@@ -1,4 +1,10 @@
-package opencode
+// Package scan reads the few fields asyncagents needs from the properties of OpenCode's
+// events without a decode. A Manager reads every event of the server; most are of sessions it
+// does not follow, and the fields that tell are found here by scanning the properties as
+// OpenCode 1.18.33 writes them. Each function returns "not found" for any other shape, and
+// the caller decodes then. It is machinery of the opencode and asyncagents packages, pinned to
+// one server's JSON; nothing here is safe to rely on outside them.
+package scan
 
 import (
 	"bytes"
@@ -7,14 +13,9 @@ import (
 	"strconv"
 )
 
-// OpenCode's events, read without a decode. A Manager reads every event of the server; most
-// are of sessions it does not follow, and the few fields it needs to tell are found here by
-// scanning the properties as OpenCode 1.18.33 writes them. Each returns "not found" for any
-// other shape, and the caller decodes then.
-
 // LeadingSessionID returns the session id OpenCode writes first in an event's properties
 // ({"sessionID":"ses_…",…}), without a copy; nil for any other shape (then
-// [Event.SessionID] decodes).
+// the caller decodes).
 func LeadingSessionID(props []byte) []byte {
 	const lead = `{"sessionID":"`
 	if rest, ok := bytes.CutPrefix(props, []byte(lead)); ok {
@@ -96,7 +97,7 @@ func PartTypes(props []byte) (tool, streamed bool) {
 	return tool, streamed
 }
 
-// InfoFacts is what [ScanMessageInfo] reads of a message.updated event's info.
+// InfoFacts is what [MessageInfo] reads of a message.updated event's info.
 type InfoFacts struct {
 	ID, ParentID, Role, Finish string
 	Completed                  int64   // time.completed, ms since the epoch; 0 when absent
@@ -105,7 +106,7 @@ type InfoFacts struct {
 	Cost                       float64 // cost, USD; 0 when absent
 }
 
-// ScanMessageInfo reads the id, parentID, role, finish, time.completed, tokens, cost and
+// MessageInfo reads the id, parentID, role, finish, time.completed, tokens, cost and
 // whether there is an error from the properties of a message.updated event
 // ({…,"info":{…},…}) by walking the
 // JSON's keys and skipping the values it does not need, without a decode. ok is false for
@@ -114,7 +115,7 @@ type InfoFacts struct {
 // is not a plain integer, a repeated key it needs or one spelled in another case, no info;
 // the caller decodes then. Like the other readers here, it trusts the server to write JSON. A value
 // it skips is only delimited (brackets matched, strings skipped), not checked.
-func ScanMessageInfo(props []byte) (f InfoFacts, ok bool) {
+func MessageInfo(props []byte) (f InfoFacts, ok bool) {
 	info, ok := soleObject(props, "info")
 	if !ok {
 		return InfoFacts{}, false
@@ -187,9 +188,9 @@ func (s *keySet) once(bit uint8) bool {
 }
 
 // readString sets *dst to the JSON string val, which must hold nothing else; ok is false for
-// one that scanString does not read (an escape, a byte outside ASCII).
+// one that String does not read (an escape, a byte outside ASCII).
 func readString(dst *string, val []byte) bool {
-	s, rest, ok := scanString(val)
+	s, rest, ok := String(val)
 	if !ok || len(rest) != 0 {
 		return false
 	}
@@ -295,7 +296,7 @@ func isJSONNumber(b []byte) bool {
 	return ok && len(b) == 0
 }
 
-// PartFacts is what [ScanPart] reads of a message.part.updated event's part.
+// PartFacts is what [Part] reads of a message.part.updated event's part.
 type PartFacts struct {
 	ID, MessageID, Type string
 	Tool                string // a tool part's tool
@@ -305,15 +306,15 @@ type PartFacts struct {
 	Status              string // a tool part's state.status
 }
 
-// ScanPart reads the id, messageID, type, tool, text, ignored, time.end and state.status of
+// Part reads the id, messageID, type, tool, text, ignored, time.end and state.status of
 // the part in the properties of a message.part.updated event ({…,"part":{…},…}) by walking
 // the JSON's keys and skipping the values it does not need (a tool's input and output), as
-// ScanMessageInfo does, and declines what it does not read exactly as encoding/json would:
+// MessageInfo does, and declines what it does not read exactly as encoding/json would:
 // ok is false for whitespace between tokens, a key with an escape, a field it reads that is
 // null or of another type, a number that is not a plain integer, a repeated key it needs or
 // one spelled in another case, no part; the caller decodes then. The text may hold escapes
 // and any UTF-8: it alone is decoded, with encoding/json.
-func ScanPart(props []byte) (f PartFacts, ok bool) {
+func Part(props []byte) (f PartFacts, ok bool) {
 	part, ok := soleObject(props, "part")
 	if !ok {
 		return PartFacts{}, false
@@ -360,13 +361,13 @@ func ScanPart(props []byte) (f PartFacts, ok bool) {
 	return f, true
 }
 
-// ReadPart reads what [ScanPart] reads of a message.part.updated event's part: scanned, or,
-// when ScanPart declines, decoded with encoding/json (a null then reads as nothing, a field
+// ReadPart reads what [Part] reads of a message.part.updated event's part: scanned, or,
+// when Part declines, decoded with encoding/json (a null then reads as nothing, a field
 // of another type fails). ok is false when the properties hold no part or the decode fails.
-// Like ScanPart it trusts the server to write JSON: a scanned value it skips (a tool's input
+// Like Part it trusts the server to write JSON: a scanned value it skips (a tool's input
 // and output) is delimited, not checked.
 func ReadPart(props []byte) (f PartFacts, ok bool) {
-	if f, ok := ScanPart(props); ok {
+	if f, ok := Part(props); ok {
 		return f, true
 	}
 	f, err := readPartJSON(props)
@@ -388,7 +389,7 @@ func readPartJSON(props []byte) (PartFacts, error) {
 	}
 	d := ev.Part
 	if d == nil {
-		return PartFacts{}, errors.New("opencode: no part")
+		return PartFacts{}, errors.New("scan: no part")
 	}
 	return PartFacts{ID: d.ID, MessageID: d.MessageID, Type: d.Type, Tool: d.Tool, Text: d.Text,
 		Ignored: d.Ignored, End: d.Time.End, Status: d.State.Status}, nil
@@ -417,7 +418,7 @@ func eachMember(obj []byte, f func(key, val []byte) bool) bool {
 		return true
 	}
 	for {
-		key, r, ok := scanString(rest)
+		key, r, ok := String(rest)
 		if !ok || len(r) == 0 || r[0] != ':' {
 			return false
 		}
@@ -438,7 +439,7 @@ func eachMember(obj []byte, f func(key, val []byte) bool) bool {
 }
 
 // memberLen returns the length of the value at the start of b, which ends a member: an
-// object, array or string (valueLen), or a number or literal, up to the next ',' or '}';
+// object, array or string (ValueLen), or a number or literal, up to the next ',' or '}';
 // 0 when there is none.
 func memberLen(b []byte) int {
 	if len(b) == 0 {
@@ -446,7 +447,7 @@ func memberLen(b []byte) int {
 	}
 	switch b[0] {
 	case '{', '[', '"':
-		return max(valueLen(b), 0)
+		return max(ValueLen(b), 0)
 	}
 	for i, c := range b {
 		switch c {
@@ -457,4 +458,80 @@ func memberLen(b []byte) int {
 		}
 	}
 	return 0
+}
+
+// Tokens are the token counts of a message's info, shaped as OpenCode writes them
+// ({"total":…,"input":…,"output":…,"reasoning":…,"cache":{"read":…,"write":…}}).
+type Tokens struct {
+	Total, Input, Output, Reasoning int64
+	Cache                           struct{ Read, Write int64 }
+}
+
+// String reads a JSON string at the start of b that has no escapes, control characters
+// or non-ASCII bytes, and returns its contents and what follows it.
+func String(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], true
+		case c == '\\' || c < ' ' || c >= 0x80:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// ValueLen returns the length of the object, array or string at the start of b, found by
+// matching brackets outside strings (a string ends at a quote not escaped by a backslash), or
+// -1 when b starts with anything else or the value does not end. It checks nothing else of
+// the value's syntax.
+func ValueLen(b []byte) int {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			end := stringEnd(b, i)
+			if end < 0 {
+				return -1
+			}
+			if i = end; depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth <= 0 {
+				if depth < 0 {
+					return -1
+				}
+				return i + 1
+			}
+		default:
+			if depth == 0 {
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+// stringEnd returns the index of the quote that closes the string opened at b[start], or -1.
+func stringEnd(b []byte, start int) int {
+	for i := start + 1; ; i++ {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return -1
+		}
+		i += k
+		escapes := 0
+		for j := i - 1; j > start && b[j] == '\\'; j-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return i
+		}
+	}
 }

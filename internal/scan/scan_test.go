@@ -1,15 +1,18 @@
-package opencode_test
+package scan_test
 
 import (
 	"encoding/json"
 	"testing"
 
-	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/internal/scan"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 )
+
+func TestMain(m *testing.M) { testmain.Run(m) }
 
 // T-6: busy and idle session.status events, as OpenCode writes them, are read without a
 // decode; any other shape is left to the decoder.
-func TestBareStatusTypeT6(t *testing.T) {
+func TestBareStatusType(t *testing.T) {
 	for props, want := range map[string]string{
 		`{"sessionID":"ses_1","status":{"type":"idle"}}`:                                     "idle",
 		`{"sessionID":"ses_1","status":{"type":"busy"}}`:                                     "busy",
@@ -21,7 +24,7 @@ func TestBareStatusTypeT6(t *testing.T) {
 		`{"sessionID":"ses_1"}`:                                                              "",
 		``:                                                                                   "",
 	} {
-		got, ok := opencode.BareStatusType([]byte(props))
+		got, ok := scan.BareStatusType([]byte(props))
 		if got != want || ok != (want != "") {
 			t.Errorf("BareStatusType(%s) = %q, %v; want %q", props, got, ok, want)
 		}
@@ -29,7 +32,7 @@ func TestBareStatusTypeT6(t *testing.T) {
 }
 
 // T-6, T-8: the types of a part event are found without a decode, nested ones included.
-func TestPartTypesT6(t *testing.T) {
+func TestPartTypes(t *testing.T) {
 	for props, want := range map[string][2]bool{
 		`{"sessionID":"ses_1","part":{"id":"prt_1","type":"step-start"},"time":1}`:                        {false, false},
 		`{"sessionID":"ses_1","part":{"id":"prt_1","type":"text","text":"\"type\":\"tool\""},"time":1}`:   {false, true},
@@ -39,7 +42,7 @@ func TestPartTypesT6(t *testing.T) {
 		`{"sessionID":"ses_1","part":{"type":"textual"},"time":1}`:                                        {false, false},
 		``: {false, false},
 	} {
-		if tool, streamed := opencode.PartTypes([]byte(props)); tool != want[0] || streamed != want[1] {
+		if tool, streamed := scan.PartTypes([]byte(props)); tool != want[0] || streamed != want[1] {
 			t.Errorf("PartTypes(%s) = %v, %v; want %v", props, tool, streamed, want)
 		}
 	}
@@ -54,7 +57,7 @@ func TestLeadingSessionID(t *testing.T) {
 		`{"sessionID":""}`:                "",
 		``:                                "",
 	} {
-		if got := string(opencode.LeadingSessionID([]byte(props))); got != want {
+		if got := string(scan.LeadingSessionID([]byte(props))); got != want {
 			t.Errorf("LeadingSessionID(%s) = %q, want %q", props, got, want)
 		}
 	}
@@ -70,7 +73,7 @@ func TestLeadingInfoID(t *testing.T) {
 		`{"sessionID":"ses_1","info":{"id":"msg_\u0031"}}`:          "",
 		`{"sessionID":"ses_1"}`:                                     "",
 	} {
-		if got := string(opencode.LeadingInfoID([]byte(props))); got != want {
+		if got := string(scan.LeadingInfoID([]byte(props))); got != want {
 			t.Errorf("LeadingInfoID(%s) = %q, want %q", props, got, want)
 		}
 	}
@@ -85,26 +88,26 @@ func TestLeadingPartID(t *testing.T) {
 		`{"sessionID":"ses_1","info":{"id":"msg_1"}}`:                     "",
 		`{"sessionID":"ses_1","part":{"id":"prt_\u0031"}}`:                "",
 	} {
-		if got := string(opencode.LeadingPartID([]byte(props))); got != want {
+		if got := string(scan.LeadingPartID([]byte(props))); got != want {
 			t.Errorf("LeadingPartID(%s) = %q, want %q", props, got, want)
 		}
 	}
 }
 
-// infoByJSON is what encoding/json reads of the fields ScanMessageInfo reads.
-func infoByJSON(props []byte) (opencode.InfoFacts, error) {
+// infoByJSON is what encoding/json reads of the fields MessageInfo reads.
+func infoByJSON(props []byte) (scan.InfoFacts, error) {
 	var ev struct {
 		Info struct {
 			ID, ParentID, Role, Finish string
 			Time                       struct{ Completed int64 }
 			Error                      *json.RawMessage
-			Tokens                     opencode.Tokens
+			Tokens                     scan.Tokens
 			Cost                       float64
 		}
 	}
 	err := json.Unmarshal(props, &ev)
 	i := ev.Info
-	return opencode.InfoFacts{ID: i.ID, ParentID: i.ParentID, Role: i.Role, Finish: i.Finish,
+	return scan.InfoFacts{ID: i.ID, ParentID: i.ParentID, Role: i.Role, Finish: i.Finish,
 		Completed: i.Time.Completed, Error: i.Error != nil && string(*i.Error) != "null",
 		Tokens: i.Tokens, Cost: i.Cost}, err
 }
@@ -116,8 +119,8 @@ var infoSeeds = []string{
 	`{"sessionID":"ses_1","info":{"id":"msg_2","role":"assistant","error":null,"finish":"tool-calls","time":{"created":1}}}`,
 }
 
-// ScanMessageInfo reads what encoding/json reads, or declines (then the caller decodes).
-func TestScanMessageInfo(t *testing.T) {
+// MessageInfo reads what encoding/json reads, or declines (then the caller decodes).
+func TestMessageInfo(t *testing.T) {
 	for _, c := range []struct {
 		props string
 		ok    bool
@@ -151,38 +154,38 @@ func TestScanMessageInfo(t *testing.T) {
 		{`{"info":{"id":"msg_2","cost":1,"cost":2}}`, false}, // repeated
 		{`{"sessionID":"ses_1","info":[]}`, false},
 	} {
-		got, ok := opencode.ScanMessageInfo([]byte(c.props))
+		got, ok := scan.MessageInfo([]byte(c.props))
 		if ok != c.ok {
-			t.Errorf("ScanMessageInfo(%s) ok = %v, want %v", c.props, ok, c.ok)
+			t.Errorf("MessageInfo(%s) ok = %v, want %v", c.props, ok, c.ok)
 		}
 		if want, err := infoByJSON([]byte(c.props)); ok && (err != nil || got != want) {
-			t.Errorf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
+			t.Errorf("MessageInfo(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
 		}
 	}
 }
 
-// FuzzScanMessageInfo: what ScanMessageInfo reads of properties that are JSON is what
-// encoding/json reads. Run with go test -fuzz FuzzScanMessageInfo ./opencode/.
-func FuzzScanMessageInfo(f *testing.F) {
+// FuzzMessageInfo: what MessageInfo reads of properties that are JSON is what
+// encoding/json reads. Run with go test -fuzz FuzzMessageInfo ./internal/scan/.
+func FuzzMessageInfo(f *testing.F) {
 	for _, s := range infoSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, props []byte) {
-		got, ok := opencode.ScanMessageInfo(props)
+		got, ok := scan.MessageInfo(props)
 		if !ok || !json.Valid(props) {
 			return
 		}
 		if want, err := infoByJSON(props); err != nil || got != want {
-			t.Fatalf("ScanMessageInfo(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
+			t.Fatalf("MessageInfo(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
 		}
 	})
 }
 
-func BenchmarkScanMessageInfo(b *testing.B) {
+func BenchmarkMessageInfo(b *testing.B) {
 	props := []byte(infoSeeds[0])
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
-			opencode.ScanMessageInfo(props)
+			scan.MessageInfo(props)
 		}
 	})
 	b.Run("json", func(b *testing.B) {
@@ -199,8 +202,8 @@ var partSeeds = []string{
 	`{"sessionID":"ses_1","part":{"id":"prt_4","sessionID":"ses_1","messageID":"msg_2","type":"step-finish","reason":"stop","cost":0,"tokens":{"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}}}}`,
 }
 
-// ScanPart reads what encoding/json reads, or declines (then ReadPart decodes).
-func TestScanPart(t *testing.T) {
+// Part reads what encoding/json reads, or declines (then ReadPart decodes).
+func TestPart(t *testing.T) {
 	for _, c := range []struct {
 		props string
 		ok    bool
@@ -220,43 +223,43 @@ func TestScanPart(t *testing.T) {
 		{`{"sessionID":"ses_1"}`, false},                                                // no part
 		{`{"sessionID":"ses_1","part":null}`, false},
 	} {
-		got, ok := opencode.ScanPart([]byte(c.props))
+		got, ok := scan.Part([]byte(c.props))
 		if ok != c.ok {
-			t.Errorf("ScanPart(%s) ok = %v, want %v", c.props, ok, c.ok)
+			t.Errorf("Part(%s) ok = %v, want %v", c.props, ok, c.ok)
 		}
-		if want, err := opencode.ReadPartJSON([]byte(c.props)); ok && (err != nil || got != want) {
-			t.Errorf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
+		if want, err := scan.ReadPartJSON([]byte(c.props)); ok && (err != nil || got != want) {
+			t.Errorf("Part(%s) = %+v, encoding/json reads %+v (%v)", c.props, got, want, err)
 		}
 	}
 }
 
-// FuzzScanPart: what ScanPart reads of properties that are JSON is what encoding/json
-// reads. Run with go test -fuzz FuzzScanPart ./opencode/.
-func FuzzScanPart(f *testing.F) {
+// FuzzPart: what Part reads of properties that are JSON is what encoding/json
+// reads. Run with go test -fuzz FuzzPart ./internal/scan/.
+func FuzzPart(f *testing.F) {
 	for _, s := range partSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, props []byte) {
-		got, ok := opencode.ScanPart(props)
+		got, ok := scan.Part(props)
 		if !ok || !json.Valid(props) {
 			return
 		}
-		if want, err := opencode.ReadPartJSON(props); err != nil || got != want {
-			t.Fatalf("ScanPart(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
+		if want, err := scan.ReadPartJSON(props); err != nil || got != want {
+			t.Fatalf("Part(%s) = %+v, encoding/json reads %+v (%v)", props, got, want, err)
 		}
 	})
 }
 
-func BenchmarkScanPart(b *testing.B) {
+func BenchmarkPart(b *testing.B) {
 	props := []byte(partSeeds[0])
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
-			opencode.ScanPart(props)
+			scan.Part(props)
 		}
 	})
 	b.Run("json", func(b *testing.B) {
 		for b.Loop() {
-			opencode.ReadPartJSON(props)
+			scan.ReadPartJSON(props)
 		}
 	})
 }

@@ -1,0 +1,4 @@
+package scan
+
+// ReadPartJSON is readPartJSON, the decode that Part must agree with.
+var ReadPartJSON = readPartJSON

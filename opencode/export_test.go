@@ -1,4 +1,0 @@
-package opencode
-
-// ReadPartJSON is readPartJSON, the decode that ScanPart must agree with.
-var ReadPartJSON = readPartJSON
