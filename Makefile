@@ -2,6 +2,7 @@
 #
 #   make test   vet (also with the oldest supported Go, and for Windows and macOS), gofmt check,
 #               race tests including the real-server suite (what CI runs)
+#   make build  the command, into bin/asyncagents (bin/ is ignored by git)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
 #   make bench-waves  what a parent's notifications cost its model on a real server: turns,
@@ -19,18 +20,18 @@
 #   make browser  install Debian's chromium for the dashboard's browser test, when it is missing
 #               (run by race and so by test)
 #   make test-versions  the race tests (real-server suite included) and a capture run against the
-#               pinned server and each older release in tools/opencode-versions/ (not run by CI);
+#               pinned server and each older release in deps/opencode-versions/ (not run by CI);
 #               TEST_VERSIONS="1.14.41" picks others, TESTFLAGS="-v" is passed to go test
 #
-# The OpenCode server is the npm package opencode-ai, pinned in tools/opencode/package-lock.json
+# The OpenCode server is the npm package opencode-ai, pinned in deps/opencode/package-lock.json
 # and installed with `npm ci` into .cache/opencode. Go modules come through the module proxy.
-# Older releases for test-versions are pinned in tools/opencode-versions/<version>/ and
+# Older releases for test-versions are pinned in deps/opencode-versions/<version>/ and
 # installed the same way into .cache/opencode-<version>.
 
 SHELL        := bash
 GO           ?= go
 OPENCODE_DIR := $(CURDIR)/.cache/opencode
-OPENCODE_PIN := $(shell sed -n 's/.*"opencode-ai": *"\([^"]*\)".*/\1/p' tools/opencode/package.json)
+OPENCODE_PIN := $(shell sed -n 's/.*"opencode-ai": *"\([^"]*\)".*/\1/p' deps/opencode/package.json)
 export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 # opencode (even `--version`, and the package's postinstall) creates folders under its XDG
 # directories: point them into the cache so nothing is written to the real HOME. npm keeps
@@ -38,17 +39,17 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all test vet compat fmt-check race postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
+.PHONY: all build test vet compat fmt-check race postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
 
 all: test
 
 # opencode installs the pinned server once; the stamp names the version so a new pin reinstalls.
 opencode: $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN)
 
-$(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/opencode/package-lock.json
+$(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): deps/opencode/package.json deps/opencode/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is required to install opencode-ai (Node.js >= 18)"; exit 1; }
 	rm -rf $(OPENCODE_DIR) && mkdir -p $(OPENCODE_DIR)
-	cp tools/opencode/package.json tools/opencode/package-lock.json $(OPENCODE_DIR)/
+	cp deps/opencode/package.json deps/opencode/package-lock.json $(OPENCODE_DIR)/
 	@# npm ci rejects npm 11 lockfiles that omit other platforms' optional packages; the pins are exact,
 	@# so npm install against the committed lock (integrity-checked) installs the same files.
 	cd $(OPENCODE_DIR) && $(OPENCODE_XDG) npm install --no-audit --no-fund --loglevel=error
@@ -58,6 +59,9 @@ $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): tools/opencode/package.json tools/op
 	touch $@
 
 test: opencode vet compat fmt-check race
+
+build:
+	$(GO) build -o bin/ ./cmd/asyncagents
 
 vet:
 	$(GO) vet ./...
@@ -84,12 +88,12 @@ race: opencode browser postgres
 # the first install fails. It never fails the build: without chromium the browser test skips
 # and says how to install it, and under CI=true it fails with that message.
 browser:
-	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || tools/apt-install chromium "the dashboard's browser test"
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || deps/apt-install chromium "the dashboard's browser test"
 
 # postgres installs Debian's postgresql when no initdb is in /usr/lib/postgresql/*/bin, in the
 # same way and with the same rules as browser: the pgstore tests skip without it, and fail under CI=true.
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$PG_BIN" ] || tools/apt-install postgresql "the pgstore tests"
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -n "$$PG_BIN" ] || deps/apt-install postgresql "the pgstore tests"
 
 demo: opencode
 	$(GO) run ./examples/demo
@@ -126,7 +130,7 @@ testdata: opencode
 # with OPENCODE_BIN pointing at that version's binary, and TestCaptureTestdata (compaction
 # prune and summarize) in a scratch copy of the module, since it rewrites fork/testdata. It goes
 # on after a failing version and fails at the end, naming the versions that failed.
-OPENCODE_VERSIONS := $(sort $(notdir $(wildcard tools/opencode-versions/*)))
+OPENCODE_VERSIONS := $(sort $(notdir $(wildcard deps/opencode-versions/*)))
 # 1.14.41 is pinned too but not in the default list: it fails four checks of the client
 # conformance test on purpose (README, Known limits).
 TEST_VERSIONS     ?= $(OPENCODE_PIN) 1.17.19 1.15.13
@@ -141,7 +145,7 @@ opencode_xdg = XDG_CONFIG_HOME=$(1)/home/.config XDG_DATA_HOME=$(1)/home/.local/
 	XDG_CACHE_HOME=$(1)/home/.cache XDG_STATE_HOME=$(1)/home/.local/state
 
 # The older pins install as the pinned one does (see the opencode target).
-$(CURDIR)/.cache/opencode-%/.installed: tools/opencode-versions/%/package.json tools/opencode-versions/%/package-lock.json
+$(CURDIR)/.cache/opencode-%/.installed: deps/opencode-versions/%/package.json deps/opencode-versions/%/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is required to install opencode-ai (Node.js >= 18)"; exit 1; }
 	rm -rf $(@D) && mkdir -p $(@D)
 	cp $^ $(@D)/
