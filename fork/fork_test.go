@@ -139,7 +139,8 @@ func checkInvariants(t testing.TB, r fork.Result, msgs []opencode.Message, budge
 	}
 }
 
-func TestNoBoundaryKeepsAllF3(t *testing.T) {
+// F-3: with no compaction boundary, all messages pass to the next stage unchanged.
+func TestNoBoundaryKeepsAll(t *testing.T) {
 	msgs := []opencode.Message{user(txt("hello")), agent(txt("hi there"))}
 	r := run(t, msgs)
 	want := "<inherited_context>\nUser:\nhello\nAgent:\nhi there\n</inherited_context>"
@@ -151,7 +152,11 @@ func TestNoBoundaryKeepsAllF3(t *testing.T) {
 	}
 }
 
-func TestCompactionBoundaryF1F2(t *testing.T) {
+// F-1, F-2: a boundary is a compaction marker that has a summary (the first later summary
+// message before any later marker). With one or more boundaries the latest is used: its
+// summary and every message after it are kept. A later marker without a summary does not
+// hide an earlier complete boundary.
+func TestLatestCompactionBoundaryStartsContext(t *testing.T) {
 	old := user(txt("OLD"))
 	m1 := marker("")
 	s1 := summary("SUMMARY ONE")
@@ -199,7 +204,10 @@ func wrap(blocks ...string) string {
 	return "<inherited_context>\n" + strings.Join(blocks, "\n") + "\n</inherited_context>"
 }
 
-func TestTailAwareF4(t *testing.T) {
+// F-4: with tail-aware slicing on (it is off by default) the context is what OpenCode shows
+// the model: the summary, the messages from the marker's tail_start_id up to the marker, then
+// the messages after the summary. An unknown tail_start_id keeps the plain slice.
+func TestTailAwareKeepsTailAfterSummary(t *testing.T) {
 	a := user(txt("A-old"))
 	b := user(txt("B-tail-start"))
 	c := agent(txt("C-tail"))
@@ -239,7 +247,9 @@ func results(n int, toolName string, size int) []opencode.Message {
 	return out
 }
 
-func TestTiersF6(t *testing.T) {
+// F-6: tool results are ranked newest first; ranks 0–4 are kept whole, ranks 5–14 are cut to
+// 3,000 characters, the rest to 500.
+func TestTiersRankResultsNewestFirst(t *testing.T) {
 	for _, tc := range []struct {
 		n, t1, t2, t3 int
 	}{
@@ -268,7 +278,8 @@ func TestTiersF6(t *testing.T) {
 	}
 }
 
-func TestTierOrderWithinMessageF6(t *testing.T) {
+// F-6: within one message, results are ranked in part order: the first part is the oldest.
+func TestTiersRankPartsOfOneMessageInOrder(t *testing.T) {
 	// Six results in one message: the first part is the oldest (rank 5, tier 2).
 	var parts []opencode.Part
 	for i := range 6 {
@@ -280,7 +291,9 @@ func TestTierOrderWithinMessageF6(t *testing.T) {
 	}
 }
 
-func TestExemptToolsF7(t *testing.T) {
+// F-7: results of tools whose name contains an entry of the no-truncation list (default
+// ask_user_questions) keep their tier but are never cut; an empty list exempts nothing.
+func TestExemptToolsAreNeverCut(t *testing.T) {
 	msgs := results(20, "mcp_ask_user_questions_v2", 4000)
 	r := run(t, msgs)
 	if r.Stats.TruncatedResults != 0 || r.Stats.Tier3 != 5 || strings.Contains(r.Context, "truncated") {
@@ -292,7 +305,10 @@ func TestExemptToolsF7(t *testing.T) {
 	}
 }
 
-func TestStrategyF8(t *testing.T) {
+// F-8: a result is cut head+tail when its tool name contains bash, pty or exec, its text
+// says error, failed, exception or traceback (any case), its state is error, or its exit code
+// is a number other than 0; otherwise head-only.
+func TestHeadTailForCommandsAndFailures(t *testing.T) {
 	long := strings.Repeat("z", 1000)
 	cases := []struct {
 		name     string
@@ -326,7 +342,9 @@ func TestStrategyF8(t *testing.T) {
 	}
 }
 
-func TestCutF9InContext(t *testing.T) {
+// F-9: a result is cut by characters, not bytes (multi-byte text at the cut); a text of
+// exactly the limit stays whole and one character more is cut.
+func TestCutInContextCountsCharacters(t *testing.T) {
 	// Multi-byte text at the cut: 600 Korean syllables in tier 3 (limit 500), head-only.
 	msgs := []opencode.Message{agent(tool("read", "", strings.Repeat("한", 600)))}
 	msgs = append(msgs, results(15, "read", 1)...)
@@ -345,7 +363,10 @@ func TestCutF9InContext(t *testing.T) {
 	}
 }
 
-func TestCompactedResultsF10(t *testing.T) {
+// F-10: compacted results are not ranked and not cut: a result with state.time.compacted is
+// shown as [Old tool result content cleared], a text that holds that marker is shown as it
+// is, and the call's parameters are limited to 100 characters.
+func TestCompactedResultsNotRankedOrCut(t *testing.T) {
 	big := strings.Repeat("q", 5000)
 	msgs := []opencode.Message{
 		agent(compacted(tool("bash", `{"command":"`+strings.Repeat("c", 300)+`"}`, "PRUNED"+big))),
@@ -367,7 +388,10 @@ func TestCompactedResultsF10(t *testing.T) {
 	}
 }
 
-func TestParametersF11(t *testing.T) {
+// F-11: a tool call shows its input as compact JSON in the order received, limited by its
+// result's tier to 500, 200 or 100 characters (500 for a pending or running call) followed by
+// "..."; an empty or absent input shows nothing.
+func TestParametersCompactedAndLimitedByTier(t *testing.T) {
 	input := `{ "b" : 1,  "a" : [1, 2] }`
 	r := run(t, []opencode.Message{agent(tool("grep", input, "ok"))})
 	if !strings.Contains(r.Context, `[Tool: grep] {"b":1,"a":[1,2]}`) {
@@ -401,7 +425,10 @@ func TestParametersF11(t *testing.T) {
 	}
 }
 
-func TestFormatF12(t *testing.T) {
+// F-12: the context is one block per message, labelled User or Agent, with a line per text,
+// file, subtask and tool part; other parts add no line, and a message with no lines has no
+// block.
+func TestFormatOneBlockPerMessage(t *testing.T) {
 	msgs := []opencode.Message{
 		user(txt("look at this"), opencode.Part{Type: opencode.PartFile, Filename: "note.txt", Mime: "text/plain"},
 			opencode.Part{Type: opencode.PartFile, Mime: "image/png"},
@@ -425,7 +452,10 @@ func TestFormatF12(t *testing.T) {
 	}
 }
 
-func TestBudgetF13(t *testing.T) {
+// F-13: while the context exceeds the budget (default 200,000) and more than one block
+// remains, the oldest block is dropped; a context of 120,000 characters or less loses nothing,
+// and one of exactly the budget keeps every block.
+func TestBudgetDropsOldestBlocks(t *testing.T) {
 	// 30 blocks of about 10,000 characters: 300,000 > 200,000, the oldest go.
 	var msgs []opencode.Message
 	for i := range 30 {
@@ -452,7 +482,9 @@ func TestBudgetF13(t *testing.T) {
 	}
 }
 
-func TestBudgetClipsOneOversizedMessageF13(t *testing.T) {
+// F-13: when the one block left still exceeds the budget, its content is cut in the middle,
+// keeping its head and tail, so that the context fills the budget and never exceeds it.
+func TestBudgetClipsOneOversizedMessage(t *testing.T) {
 	text := "START" + strings.Repeat("é", 300_000) + "END"
 	for _, budget := range []int{1000, 1001, 5000, 199_999, 200_000} {
 		r := runBudget(t, budget, []opencode.Message{user(txt("older")), user(txt(text))})
@@ -469,7 +501,9 @@ func TestBudgetClipsOneOversizedMessageF13(t *testing.T) {
 	}
 }
 
-func TestEmptyParentF17(t *testing.T) {
+// F-17: a forked task is sent the preamble, a blank line and the context; an empty parent
+// (no blocks) sends nothing.
+func TestEmptyParentInjectsNothing(t *testing.T) {
 	for _, msgs := range [][]opencode.Message{nil, {agent(opencode.Part{Type: opencode.PartStepStart})}} {
 		r := run(t, msgs)
 		if r.Stats.FinalMessages != 0 || r.Injection() != "" {
@@ -482,7 +516,10 @@ func TestEmptyParentF17(t *testing.T) {
 	}
 }
 
-func TestPreambleF16(t *testing.T) {
+// F-16: the preamble says whether a compaction summary was used, how many tool results are
+// whole or cut to each tier's limit, how many oldest messages were removed to fit the budget
+// (or that all were kept), and advises re-reading files when complete content is needed.
+func TestPreambleDescribesWhatWasCut(t *testing.T) {
 	var msgs []opencode.Message
 	msgs = append(msgs, user(txt("old")), marker(""), summary("S"))
 	for i := range 40 {
@@ -529,8 +566,10 @@ func TestPreambleF16(t *testing.T) {
 }
 
 // Tool results in blocks the budget removed are not counted: the statistics and the
-// preamble describe the context the child sees (SPEC F-13, F-15).
-func TestStatsCountKeptBlocksF15(t *testing.T) {
+// preamble describe the context the child sees.
+//
+// F-15: the statistics describe the output; F-13: blocks the budget drops are not in it.
+func TestStatsCountKeptBlocksOnly(t *testing.T) {
 	msgs := results(40, "read", 4000) // 5 whole, 10 cut to 3000, 25 cut to 500
 	all := run(t, msgs)
 	if all.Stats.Tier3 != 25 || all.Stats.RemovedMessages != 0 {
@@ -549,7 +588,8 @@ func TestStatsCountKeptBlocksF15(t *testing.T) {
 	}
 }
 
-func TestStatsJSONKeysF15(t *testing.T) {
+// F-15: the statistics marshal to JSON under the keys original_messages … budget_clipped.
+func TestStatsJSONKeys(t *testing.T) {
 	b, _ := json.Marshal(fork.Stats{})
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)

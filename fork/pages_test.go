@@ -148,9 +148,11 @@ func checkSplits(t *testing.T, msgs []opencode.Message, sizes ...func() int) {
 	}
 }
 
-// TestRunPagesMatchesRunOnGoldenInputsP4: on every golden input (testdata, and the shared
-// fixtures when present) paging gives Run's context, preamble and statistics.
-func TestRunPagesMatchesRunOnGoldenInputsP4(t *testing.T) {
+// On every golden input (testdata, and the shared fixtures when present) paging gives Run's
+// context, preamble and statistics.
+//
+// P-4: a forked launch reads the parent newest-first, a page at a time.
+func TestRunPagesMatchesRunOnGoldenInputs(t *testing.T) {
 	for _, name := range []string{"captured", "captured-tools"} {
 		t.Run(name, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", name+".json"))
@@ -165,8 +167,10 @@ func TestRunPagesMatchesRunOnGoldenInputsP4(t *testing.T) {
 	}
 }
 
-// TestRunPagesMatchesRunOnCasesP4: the slicing cases of F-1 … F-4 and the budget edges.
-func TestRunPagesMatchesRunOnCasesP4(t *testing.T) {
+// The slicing cases of F-1 … F-4 and the budget edges: paging gives Run's output.
+//
+// P-4: a forked launch reads the parent newest-first, a page at a time.
+func TestRunPagesMatchesRunOnCases(t *testing.T) {
 	old := user(txt("OLD"))
 	m1, s1 := marker(""), summary("SUMMARY ONE")
 	mid := user(txt("MIDDLE"))
@@ -231,10 +235,11 @@ func withBoundary(msgs []opencode.Message, fromEnd, tail int) []opencode.Message
 	return slices.Concat(msgs[:at], []opencode.Message{mk, summary("## Summary\nThe work so far.")}, msgs[at:])
 }
 
-// TestRunPagesMatchesRunOnGeneratedSessionsP4: generated sessions, with and without
-// compaction boundaries (with tails, and followed by a compaction that failed), under every
-// variant and split.
-func TestRunPagesMatchesRunOnGeneratedSessionsP4(t *testing.T) {
+// Generated sessions, with and without compaction boundaries (with tails, and followed by a
+// compaction that failed), under every variant and split: paging gives Run's output.
+//
+// P-4: a forked launch reads the parent newest-first, a page at a time.
+func TestRunPagesMatchesRunOnGeneratedSessions(t *testing.T) {
 	base := generated1000()
 	inputs := map[string][]opencode.Message{
 		"plain":                 base,
@@ -257,9 +262,12 @@ func TestRunPagesMatchesRunOnGeneratedSessionsP4(t *testing.T) {
 	})
 }
 
-// TestRunPagesStopsEarlyP4: reading stops at the latest complete boundary (its marker; with
-// tail-aware slicing, the tail's first message) or at the first block the budget drops.
-func TestRunPagesStopsEarlyP4(t *testing.T) {
+// Reading stops at the latest complete boundary (its marker; with tail-aware slicing, the
+// tail's first message) or at the first block the budget drops.
+//
+// P-4: a forked launch reads the parent newest-first and stops when the child's context can
+// no longer change (latest compaction boundary passed, or budget full).
+func TestRunPagesStopsEarly(t *testing.T) {
 	base := generated1000()
 	large := make([]opencode.Message, 0, 5*len(base))
 	for range 5 {

@@ -32,8 +32,15 @@ func reply(id, parent, finish string, completed int64) opencode.Message {
 	return m
 }
 
-// T-6: what a reconcile concludes from the latest messages.
-func TestDecideT6(t *testing.T) {
+// What a reconcile concludes from the latest messages.
+//
+// T-6: a last assistant message with info.error ends the task in error with that error's
+// message; one completed with a finish completes it, its text parts joined by "\n"; the
+// task's own prompt with no reply yet is still running (an early or duplicate idle is not a
+// completion); a session.error for a task session that never went busy ends it in error.
+// T-23: a run the server left unfinished (session idle, last assistant message without
+// finish or time.completed) ends in error ("interrupted").
+func TestDecideFromLatestMessages(t *testing.T) {
 	prompt := msg("msg_2", "user", "", 0, "", "task")
 	old := msg("msg_1", "assistant", "stop", 1, "", "old reply")
 	ignored := msg("msg_3", "assistant", "stop", 5, "", "shown")
@@ -100,9 +107,11 @@ func TestDecideT6(t *testing.T) {
 	}
 }
 
-// T-1: display ids are the shortest unique prefix with at least 8 characters after ses_,
-// kept up to date as tasks come and go.
-func TestDisplayIDT1(t *testing.T) {
+// Display ids are kept up to date as tasks come and go.
+//
+// T-1: displayed ids are the shortest unique prefix of at least 8 characters after ses_ among
+// the caller's tasks.
+func TestDisplayIDShortestUniquePrefix(t *testing.T) {
 	var r Registry
 	for _, id := range []string{"ses_abcdefgh2222", "ses_zzzzzzzzzzzz", "ses_abcdefgh1111", "ses_short"} {
 		r.Add("ses_p", id)
@@ -124,9 +133,9 @@ func TestDisplayIDT1(t *testing.T) {
 	}
 }
 
-// T-1: full id, id without ses_, unique prefix of ≥ 4 characters; other parents' tasks never
-// resolve.
-func TestResolveT1(t *testing.T) {
+// T-1: the full id, the id without ses_, or a unique prefix of at least 4 characters after
+// ses_ resolves; other parents' tasks never resolve.
+func TestResolveFullIDsAndPrefixes(t *testing.T) {
 	var r Registry
 	for _, id := range []string{"ses_abcd1111", "ses_abcd2222", "ses_wxyz0000", "ses_wxyz00001"} {
 		r.Add("ses_p", id)

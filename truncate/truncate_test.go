@@ -11,8 +11,12 @@ import (
 
 func TestMain(m *testing.M) { testmain.Run(m) }
 
-// F-9: limits at n = L and n = L+1, both strategies, multi-byte text at the cut.
-func TestCutF9(t *testing.T) {
+// Limits at n = L and n = L+1, both strategies, multi-byte text at the cut.
+//
+// F-9: head-only keeps the first L characters and appends the marker; head+tail keeps
+// ⌊0.8·L⌋ head and ⌊0.2·L⌋ tail characters around it; a text of n ≤ L characters is
+// unchanged.
+func TestCutAtLimitEdges(t *testing.T) {
 	cases := []struct {
 		name     string
 		text     string

@@ -25,7 +25,9 @@ func exec(t *testing.T, stdin string, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-func TestJSONOutputUsesF15Keys(t *testing.T) {
+// -json prints one object {"preamble", "context", "stats"}, the stats under fork.Stats' JSON
+// keys.
+func TestJSONOutputUsesStatsKeys(t *testing.T) {
 	out, _, code := exec(t, small, "-json", "-")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
