@@ -9,13 +9,40 @@
 // [Tools], reads the output (at once, or blocking with a timeout), resumes a task with a
 // follow-up, cancels it, lists the caller's tasks and clears them.
 //
-//	client, err := opencode.NewHTTPClient("http://127.0.0.1:4096")
-//	m, err := asyncagents.New(client)
-//	defer m.Close(ctx)
-//	caller := asyncagents.Caller{SessionID: parentID, Agent: "build"}
-//	t, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "find TODOs",
-//		Prompt: "List the TODO comments in the files we read.", Agent: "general", Fork: true})
-//	out, err := m.Output(ctx, caller, t.ID, asyncagents.OutputOptions{Block: true})
+// A host connects with an [opencode.HTTPClient] (Basic auth when the server was started
+// with OPENCODE_SERVER_PASSWORD), creates the parent session with
+// [opencode.HTTPClient.CreateSession] — or passes the id of a session its agent already has —
+// and launches a task for it. This is the program examples/quickstart of the module, with its
+// error checks left out:
+//
+//	serverURL := cmp.Or(os.Getenv("OPENCODE_URL"), "http://127.0.0.1:4096")
+//	// Basic auth when the server has a password; the user name defaults to "opencode".
+//	client, err := opencode.NewHTTPClient(serverURL, opencode.WithBasicAuth(
+//		os.Getenv("OPENCODE_SERVER_USERNAME"), os.Getenv("OPENCODE_SERVER_PASSWORD")))
+//	defer client.CloseIdleConnections()
+//
+//	// The parent: the session the task belongs to. The task works in the parent's project
+//	// directory, dir (-dir). A host whose agent has a session passes that session's id instead.
+//	dir, err = filepath.Abs(dir)
+//	parent, err := client.CreateSession(ctx, opencode.CreateSessionRequest{Title: "quickstart", Directory: dir})
+//
+//	// A FileStore at storePath (-store) keeps the tasks when the program stops: the next
+//	// Manager on the file picks them up. (The default, a MemoryStore, forgets them.)
+//	store, err := asyncagents.NewFileStore(storePath)
+//	defer store.Close() // after m.Close
+//	m, err := asyncagents.New(client, asyncagents.WithStore(store))
+//	defer m.Close(context.Background())
+//
+//	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
+//	task, err := m.Launch(ctx, asyncagents.LaunchInput{
+//		Caller: caller, Description: "find TODOs", Agent: "general",
+//		Prompt: "List the TODO comments in this project, one per line with its file.",
+//	})
+//
+//	// Launch returned at once; the task runs in its own child session. Output with Block
+//	// waits for it to end (at most the timeout: then TimedOut is set).
+//	res, err := m.Output(ctx, caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: 5 * time.Minute})
+//	fmt.Fprintln(out, res.Task.Status, cmp.Or(res.Task.Result, res.Task.Error)) // running: timed out
 //
 // # Tasks
 //
@@ -29,18 +56,64 @@
 //
 // A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an
-// ended task, which is [StatusResumed] until that run ends. The end of a run is seen on the
+// ended task, which is [StatusResumed] until that run ends. A task over a concurrency limit
+// ([WithConcurrency]) is [StatusQueued] until a slot frees. The end of a run is seen on the
 // server's event stream (GET /global/event), with a poll of GET /session/status as the
 // fallback. A run that ends with a reply may be completed from what the stream carried of
 // it, when the stream carried the whole run; otherwise — and for every run that ends in an
 // error, an abort or a halt — the end is decided from a read of the session's latest
 // messages (GET /session/{id}/message). Both give the same result.
 //
-// A forked task receives the parent's messages as text before its prompt, after three
-// steps of package fork: only what follows the latest compaction summary, older tool
-// results cut (the newest 5 whole, the next 10 to 3,000 characters, the rest to 500), and
-// the oldest messages dropped to fit 200,000 characters; a preamble tells the child what
-// was cut ([WithForkPipeline] changes these).
+// # Forked tasks
+//
+// A task launched with [LaunchInput].Fork gets its caller's context in one of two ways
+// ([ForkMode]; [LaunchInput].ForkMode, else [WithForkMode], else [ForkDigest]):
+//
+//   - [ForkDigest] sends the parent's messages as text before the prompt, after three steps
+//     of package fork: only what follows the latest compaction summary, older tool results
+//     cut (the newest 5 whole, the next 10 to 3,000 characters, the rest to 500), and the
+//     oldest messages dropped to fit 200,000 characters; a preamble tells the child what was
+//     cut ([WithForkPipeline] changes these).
+//   - [ForkNative] starts the child from OpenCode's own copy of the caller's session
+//     (POST /session/{id}/fork), so that its first model request repeats the caller's last
+//     one as a prefix, which a provider's prompt cache reads at a fraction of the price. A
+//     history that does not fit the pipeline's budget falls back to ForkDigest.
+//
+// Task.ForkMode says which mode a task got, and Task.ForkStats what it inherited.
+//
+// # Notifications
+//
+// Each run end gives the parent one notification. By default ([NotifyPerWave]) it is posted
+// without reply the moment the run ends, and the parent's model is asked for one turn for
+// all the notifications it has not seen, once its runs stop ending for a moment
+// ([WithWaveWindow]); [NotifyPerRun] makes each notification a prompt of its own, and
+// [NotifyNoReply] never asks for a turn ([WithNotifyPolicy]). [WithNotifications] turns them
+// off.
+//
+// # Costs, budgets and limits
+//
+// A task carries what its model steps used, as OpenCode counts them: tokens by kind and cost
+// in USD ([Usage]), for all its runs (Task.Usage), its current or last run (Task.RunUsage)
+// and its first step (Task.FirstStep: for a forked task, the price of the inherited
+// context). [Manager.TreeUsage] sums what a caller's tasks used, with the tasks they launched
+// in turn; [TreeUsage] does the same for a list of tasks. [WithTaskBudget] aborts a run that
+// used its [Budget]; [WithTreeBudget] refuses launches and resumes for a caller whose tasks
+// used theirs ([ErrBudget]). [WithConcurrency] bounds how many tasks run at once, per model,
+// per provider or by default; [WithMaxActivePerParent] caps one parent's active tasks
+// ([ErrTaskLimit]); [WithDeadline] and [WithStaleTimeout] abort runs that take too long or
+// stall. All are off by default.
+//
+// # Stores and several hosts
+//
+// The Manager keeps its tasks, with their pending notifications, in a [Store] ([WithStore]).
+// The default [MemoryStore] lives as long as the process. A [FileStore] ([NewFileStore])
+// keeps them in a file, so that after a restart of the host a new Manager on the same file
+// follows the tasks still running, starts the queued ones and delivers what was pending. A
+// [LeaseStore] is shared by several Managers, on one host or several: each task is acted on
+// by the one Manager that holds its lease; a [SlotStore] also keeps [WithConcurrency]'s
+// slots, so that limits hold across hosts, and a [HandoffStore] lets every operation work
+// from any host. Package [github.com/asyncagents/asyncagents/pgstore] is all three, on
+// PostgreSQL. Close the store after the Manager.
 //
 // # Errors
 //
@@ -52,15 +125,18 @@
 //	operation            errors
 //	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
 //	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent,
-//	                     ErrNestingDepth, ErrTaskLimit, ErrClosed;
+//	                     ErrNestingDepth, ErrTaskLimit, ErrBudget, ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput (also an unknown SinceMessageID, checked before
-//	                     it waits), ErrTaskNotFound, ErrAmbiguousID, ErrClosed, ctx.Err()
+//	                     it waits), ErrTaskNotFound (also for a task cleared, or handed
+//	                     over to another host, while waited on), ErrAmbiguousID, ErrClosed,
+//	                     ctx.Err()
 //	Resume               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrTaskBusy,
-//	                     ErrSessionExpired, ErrTaskLimit, ErrClosed; a follow-up the server
-//	                     refuses leaves the task in StatusError
-//	Cancel               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotRunning, ErrClosed
+//	                     ErrSessionExpired, ErrTaskLimit, ErrBudget, ErrLeaseLost, ErrClosed;
+//	                     a follow-up the server refuses leaves the task in StatusError
+//	Cancel               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotRunning,
+//	                     ErrLeaseLost, ErrClosed
 //	List                 ErrInvalidInput (unknown status, empty caller), ErrClosed
 //	ListAll              ErrInvalidInput (unknown status), ErrClosed
 //	Subscribe            ErrInvalidInput (buffer out of range), ErrClosed; a subscription
@@ -68,10 +144,16 @@
 //	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
 //	                     error (the tasks are removed from the Manager all the same)
 //	Get                  ErrTaskNotFound, ErrClosed
+//	TreeUsage            ErrClosed
 //	NewFileStore         ErrInvalidInput (empty path), ErrStoreLocked, ErrStoreCorrupt
 //	Close                ctx.Err() when ctx ends before the goroutines stopped
 //	Tool handlers        the errors of the operation they call, and ErrInvalidInput for
 //	                     arguments that do not match the tool's schema
+//
+// ErrLeaseLost comes only with a [LeaseStore]: the task is being handed over to another
+// host, or this one lost its lease; try again. With a [HandoffStore], an operation on a task
+// another host holds first waits up to 15 s for it to be handed over, and is ErrTaskNotFound
+// when it was not.
 //
 // # Nothing lost
 //
@@ -90,8 +172,9 @@
 // message, and is posted again when a minute later it does not. By default ([NotifyPerWave])
 // notifications are posted without reply, those of a parent due together merged into one
 // message, and the parent is asked for one turn per wave of run ends, with a prompt posted
-// under the same rules. With a [FileStore] all of this survives a
-// restart of the host.
+// under the same rules. With a [FileStore], or a store that several hosts share, all of this
+// survives a restart of the host (with a LeaseStore, another host carries on with the tasks
+// of one that stopped); with the default [MemoryStore], a restart forgets every task.
 //
 // # Goroutines and panics
 //
