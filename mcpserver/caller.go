@@ -202,6 +202,10 @@ func (s *Server) resolve(ctx context.Context, name string, args callArgs, meta m
 	if !args.object { // the handler refuses such arguments before it needs a caller
 		return asyncagents.Caller{}, func() {}, nil
 	}
+	if _, ok := meta["sessionID"]; ok && !s.cfg.modes[CallerFromMeta] {
+		// Not trusted: any client with the token may set it (see CallerFromMeta).
+		s.cfg.logger.Debug("mcpserver: _meta.sessionID ignored (CallerFromMeta is off)", "tool", name)
+	}
 	if s.cfg.modes[CallerFromMeta] {
 		if sid, ok := meta["sessionID"].(string); ok && sid != "" {
 			if !validSessionID(sid) {
@@ -226,7 +230,7 @@ func (s *Server) resolve(ctx context.Context, name string, args callArgs, meta m
 		}
 		return c, release, err
 	}
-	return asyncagents.Caller{}, nil, fmt.Errorf("%w (the call carries neither _meta.sessionID nor a valid _caller)", ErrUnknownCaller)
+	return asyncagents.Caller{}, nil, fmt.Errorf("%w (the call carries no caller that the bridge's caller modes read)%s", ErrUnknownCaller, ignored)
 }
 
 func (s *Server) resolved(name string, mode CallerMode, c asyncagents.Caller, callID string) (asyncagents.Caller, func(), error) {

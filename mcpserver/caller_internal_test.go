@@ -100,7 +100,7 @@ func FuzzCall(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer m.Close(context.Background())
-	s, err := New(m, fake, WithLookupWait(0))
+	s, err := New(m, fake, WithLookupWait(0), WithCallerModes(CallerFromMeta, CallerFromPlugin, CallerFromLookup))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -6,13 +6,14 @@
 // asyncagents_list and asyncagents_clear (the Manager's tool prefix, which is also the name
 // to register the server under). Each call runs the tool's handler for its caller: the
 // session, message and agent that made it. OpenCode 1.18.33 does not tell an MCP server
-// who calls, so the [Server] finds out from _meta.sessionID (OpenCode 2), from the
-// _caller argument that the companion plugin ([Plugin]) adds, signs with the bridge's
-// token, and the bridge checks, or by looking for the running tool part with the call's
-// name and arguments; when that lookup finds several sessions making the same call at
-// once it refuses the call with a text that asks the model to call again
-// ([ErrAmbiguousCaller]). It never guesses, and, with a token, a model cannot name
-// another session as the caller.
+// who calls, so the [Server] finds out from the _caller argument that the companion
+// plugin ([Plugin]) adds, signs with the bridge's token, and the bridge checks, or by
+// looking for the running tool part with the call's name and arguments; when that lookup
+// finds several sessions making the same call at once it refuses the call with a text
+// that asks the model to call again ([ErrAmbiguousCaller]). It never guesses, and, with
+// a token, a model cannot name another session as the caller. The _meta.sessionID that
+// OpenCode 2 sends is read only when the host turns [CallerFromMeta] on, for an MCP client
+// it trusts to send the caller's own session: any client that holds the token can set it.
 //
 // While a call runs, the Server sends progress notifications, which keep OpenCode's 60 s
 // MCP timeout from cutting a blocking output (up to 600 s); when OpenCode cancels a call,

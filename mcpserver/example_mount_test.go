@@ -31,7 +31,8 @@ func (tok withToken) RoundTrip(r *http.Request) (*http.Response, error) {
 // A host serves the bridge from its own http.Server, on its own mux, beside its own
 // routes. Here OpenCode's side is played by an MCP client (the go-sdk's), which names the
 // calling session in _meta as OpenCode 2 does, and by the in-memory OpenCode of
-// opencodetest.
+// opencodetest. The bridge reads _meta only with CallerFromMeta on: this host's MCP client
+// is its own, trusted to name its own session.
 func Example_mount() {
 	ctx := context.Background()
 	client := opencodetest.NewFakeClient() // opencode.NewHTTPClient(…) in a real host
@@ -42,7 +43,8 @@ func Example_mount() {
 	}
 	defer m.Close(ctx)
 	const token = "s3cret" // rand.Text() in a real host
-	bridge, err := mcpserver.New(m, client, mcpserver.WithToken(token))
+	bridge, err := mcpserver.New(m, client, mcpserver.WithToken(token),
+		mcpserver.WithCallerModes(mcpserver.CallerFromMeta, mcpserver.CallerFromPlugin, mcpserver.CallerFromLookup))
 	if err != nil {
 		log.Fatal(err)
 	}

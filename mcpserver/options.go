@@ -38,7 +38,11 @@ type CallerMode int
 // The caller modes, in the order the bridge tries them.
 const (
 	// CallerFromMeta takes the session from the call's _meta.sessionID, which OpenCode
-	// sends from version 2 on.
+	// sends from version 2 on (1.x never does). Off by default: _meta is whatever the
+	// MCP client sends, so any client that holds the bridge's token — a child session's
+	// shell that read the token file and posts to the bridge itself, say — could name
+	// any session as the caller. Turn it on ([WithCallerModes]) only for hosts whose MCP
+	// client is trusted to send the caller's own session.
 	CallerFromMeta CallerMode = iota + 1
 	// CallerFromPlugin takes the {sessionID, callID, sig} the companion plugin (see
 	// [Plugin]) adds to the arguments as _caller — signed with the token when the bridge
@@ -88,7 +92,7 @@ func defaultConfig() config {
 		logger:         slog.New(slog.DiscardHandler),
 		keepalive:      DefaultKeepalive,
 		lookupWait:     DefaultLookupWait,
-		modes:          map[CallerMode]bool{CallerFromMeta: true, CallerFromPlugin: true, CallerFromLookup: true},
+		modes:          map[CallerMode]bool{CallerFromPlugin: true, CallerFromLookup: true},
 		origins:        map[string]bool{},
 		sessionTimeout: DefaultSessionTimeout,
 		maxSessions:    DefaultMaxSessions,
@@ -106,9 +110,9 @@ func WithToken(token string) Option {
 
 // WithDirectories sets the project directories (OpenCode instances) whose busy sessions
 // the caller lookup searches: GET /session/status is per instance, so a session of a
-// directory not listed is found only by _meta or the plugin. Defaults to the client's own
-// directory (opencode.WithDirectory, else the server's working directory); "" stands for
-// it. At least one.
+// directory not listed is found only by the plugin (or by _meta, with [CallerFromMeta]).
+// Defaults to the client's own directory (opencode.WithDirectory, else the server's
+// working directory); "" stands for it. At least one.
 func WithDirectories(dirs ...string) Option {
 	return optionFunc(func(c *config) { c.dirs = append([]string(nil), dirs...) })
 }
@@ -142,7 +146,11 @@ func WithLookupWait(d time.Duration) Option {
 // in the fixed order meta, plugin, lookup, whatever the order given, and uses the first
 // that applies. A call whose arguments carry _caller when CallerFromPlugin is off has it
 // removed from the arguments its handler gets, and is resolved as any other, by its
-// arguments, _caller included. Defaults to all three; at least one.
+// arguments, _caller included. A call's _meta.sessionID is read only when CallerFromMeta
+// is on; otherwise it is ignored, and the call resolved by the other modes. Defaults to
+// CallerFromPlugin and CallerFromLookup: CallerFromMeta is only for hosts whose MCP client
+// is trusted to send the caller's own session (WithCallerModes(CallerFromMeta,
+// CallerFromPlugin, CallerFromLookup) adds it to them). At least one.
 func WithCallerModes(modes ...CallerMode) Option {
 	return optionFunc(func(c *config) {
 		c.modes = map[CallerMode]bool{}

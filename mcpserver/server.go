@@ -42,14 +42,17 @@ var (
 // # Callers
 //
 // OpenCode 1.18.33 does not tell an MCP server which session calls. For each call the
-// bridge finds the caller — session, message, agent — in this order (see
-// [WithCallerModes]):
+// bridge finds the caller — session, message, agent — in this order, skipping the modes
+// that are off (see [WithCallerModes]; the first is off by default):
 //
-//  1. _meta.sessionID of the call, which OpenCode sends from version 2 on. It must be a
-//     session id ("ses_" and 1 to 64 letters and digits), else the call fails with
-//     [ErrUnknownCaller]. The message and agent come from that session's running tool
-//     part with the call's tool name and arguments, when one is found at once; otherwise
-//     the agent of its newest assistant message, and no message.
+//  1. With [CallerFromMeta] only: _meta.sessionID of the call, which OpenCode sends from
+//     version 2 on. It must be a session id ("ses_" and 1 to 64 letters and digits), else
+//     the call fails with [ErrUnknownCaller]. The message and agent come from that
+//     session's running tool part with the call's tool name and arguments, when one is
+//     found at once; otherwise the agent of its newest assistant message, and no message.
+//     Nothing checks that the session makes the call: the bridge takes the MCP client at
+//     its word, which is why the mode is off unless the host turns it on. Off, a call's
+//     _meta.sessionID is ignored.
 //  2. The _caller argument {"sessionID", "callID", "sig"} that the companion plugin
 //     ([Plugin]) adds, when it is the plugin's: sessionID a session id, callID 1 to 128
 //     letters, digits and "_-.:|", and, when the bridge has a token ([WithToken]), sig the
@@ -76,9 +79,12 @@ var (
 //     a burst of calls costs OpenCode about what one call does. A claimed call id stays
 //     claimed for a minute after its call ended.
 //
-// A model cannot make its call run for another session. It cannot set _meta. With a
-// token, it cannot sign a _caller without reading the token; a _caller it writes is one of
-// its call's arguments, stored with them, so its call matches its own tool part only.
+// A model cannot make its call run for another session. It cannot set _meta through
+// OpenCode; and a program that holds the token and calls the bridge itself (a child
+// session's shell that read the token file) can set it, but by default the bridge does
+// not read it. With a token, a model cannot sign a _caller without reading the token; a
+// _caller it writes is one of its call's arguments, stored with them, so its call matches
+// its own tool part only.
 // Without a token, a _caller is taken at its word once it matches the named running
 // part's stored _caller: a model that knows another session's whole _caller (session id,
 // call id, and sig if any) for a call that runs can borrow it.

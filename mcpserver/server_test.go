@@ -274,11 +274,14 @@ func TestLookupUnknown(t *testing.T) {
 	}
 }
 
-// B-1: _meta.sessionID (OpenCode 2) names the session; message and agent come from its
-// running part.
+// allModes turns CallerFromMeta on beside the default modes.
+var allModes = mcpserver.WithCallerModes(mcpserver.CallerFromMeta, mcpserver.CallerFromPlugin, mcpserver.CallerFromLookup)
+
+// B-1: with CallerFromMeta on, _meta.sessionID (OpenCode 2) names the session; message and
+// agent come from its running part.
 func TestMetaSessionID(t *testing.T) {
 	t.Parallel()
-	b := newBridge(t)
+	b := newBridge(t, allModes)
 	args := `{"description":"scan","prompt":"meta caller","agent":"general"}`
 	sid, part := b.running(t, "asyncagents_task", args)
 	text, isErr := result(t, b.connect(t, nil), &mcp.CallToolParams{Name: "task", Arguments: raw(args),
@@ -303,6 +306,53 @@ func TestMetaSessionID(t *testing.T) {
 		if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) || !strings.Contains(text, "not a session id") || len(text) > 200 {
 			t.Fatalf("meta session %s: %q", cut(sid), cut(text))
 		}
+	}
+}
+
+// A client that holds the token and names another session in _meta.sessionID (a child
+// session that read the token file and posts to the bridge itself) is refused by default:
+// the bridge does not read _meta, the lookup finds no session making the call, and no task
+// is launched for the named session. Only with CallerFromMeta on, for a host whose MCP
+// client is trusted to send the caller's own session, does the same call run for it.
+//
+// Issue 35 item 7. B-1: a forged caller is refused.
+func TestForgedMetaSessionIDRefusedByDefault(t *testing.T) {
+	t.Parallel()
+	const args = `{"description":"forged","prompt":"as another session","agent":"general"}`
+	for _, tc := range []struct {
+		name   string
+		opts   []mcpserver.Option
+		honour bool
+	}{
+		{"default", nil, false},
+		{"CallerFromMeta on", []mcpserver.Option{allModes}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBridge(t, tc.opts...)
+			victim := b.session(t)
+			text, isErr := result(t, b.connect(t, nil), &mcp.CallToolParams{Name: "task", Arguments: raw(args),
+				Meta: mcp.Meta{"sessionID": victim}})
+			tasks, err := b.m.List(asyncagents.Caller{SessionID: victim}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.honour {
+				if !isErr || !strings.HasPrefix(text, mcpserver.ErrUnknownCaller.Error()) || len(tasks) != 0 {
+					t.Fatalf("forged _meta.sessionID: %q (error %t), %d tasks of the named session", text, isErr, len(tasks))
+				}
+				if got := b.logs.find("mcpserver: _meta.sessionID ignored (CallerFromMeta is off)"); len(got) != 1 {
+					t.Fatalf("ignored-meta logs = %v", got)
+				}
+				return
+			}
+			if isErr || len(tasks) != 1 || tasks[0].ParentSessionID != victim {
+				t.Fatalf("trusted _meta.sessionID: %q (error %t), tasks %+v", text, isErr, tasks)
+			}
+			if got := b.logs.find("mcpserver: caller"); len(got) != 1 || got[0]["mode"] != "meta" {
+				t.Fatalf("caller logs = %v", got)
+			}
+		})
 	}
 }
 
@@ -504,7 +554,7 @@ func TestToken(t *testing.T) {
 // R: nothing panics on garbage requests; malformed JSON-RPC is answered, not crashed on.
 func TestGarbageRequests(t *testing.T) {
 	t.Parallel()
-	b := newBridge(t, mcpserver.WithLookupWait(0))
+	b := newBridge(t, mcpserver.WithLookupWait(0), allModes)
 	cs := b.connect(t, nil)
 	for _, args := range []string{`{}`, `{"_caller":5}`, `{"_caller":{"sessionID":"","callID":""}}`, `{"_caller":{"sessionID":{},"callID":[]}}`,
 		`{"task_id":"` + strings.Repeat("x", 10000) + `"}`, `{"a":{"b":{"c":[1,2,{"d":null}]}}}`, `null`, `true`, `"\u0000"`} {
