@@ -1,16 +1,51 @@
-// Package storetest checks that an implementation of [asyncagents.Store] keeps the
-// Store's contract: [TestStore] runs every check and returns every violation, [Run] runs
-// them as subtests. It is for the authors of stores; the root package runs it against
-// [asyncagents.MemoryStore] and [asyncagents.FileStore].
+// Package storetest checks that implementations of the stores of [asyncagents] keep their
+// contracts, and has a store in memory that keeps them for tests. It is for the authors of
+// stores, and of tests of hosts that share one.
 //
-// The checks: Load of a new store is empty; Save then Load gives back every field of an
-// [asyncagents.Task] (DisplayID and QueuePosition aside, which stores need not keep); a Save replaces the
-// task with the same id; Delete removes tasks and ignores unknown ids; a few hundred tasks;
-// Saves of different tasks from several goroutines at once; the tasks a store returns and
-// the tasks it was given are copies, so changing them changes nothing stored; and the tasks
-// are still there after the store is closed and opened again.
+// [TestStore] checks an [asyncagents.Store] and returns every violation; [Run] runs its checks
+// as subtests. The root package runs it against [asyncagents.MemoryStore] and
+// [asyncagents.FileStore]. The checks: Load of a new store is empty; Save then Load gives back
+// every field of an [asyncagents.Task] (DisplayID and QueuePosition aside, which stores need
+// not keep); a Save replaces the task with the same id; Delete removes tasks and ignores
+// unknown ids; a few hundred tasks; Saves of different tasks from several goroutines at once;
+// the tasks a store returns and the tasks it was given are copies, so changing them changes
+// nothing stored; and the tasks are still there after the store is closed and opened again.
 //
-// The checks start goroutines only while they run, and wait for them.
+// [TestLeaseStore] checks the stores that several Managers share, with several stores on the
+// same data: the contract of [asyncagents.LeaseStore], and those of
+// [asyncagents.HandoffStore] and [asyncagents.SlotStore] when the stores implement them;
+// [RunLeaseStore] runs its checks as subtests. The checks:
+//   - SaveTakesLease: Save of a new task takes its lease, and Held then gives an instant before
+//     the lease could expire; Held of a task not held is the zero time; another store's Save
+//     of the task returns an error matching [asyncagents.ErrLeaseLost], and its Claim takes
+//     nothing.
+//   - Expiry: Claim takes a lease only once it expired (not before the holder's Held says,
+//     nor within the lease duration of the Save), oldest first, each task by one store at a
+//     time, as its holder saved it (a refused Save stored nothing); the former holder's Save
+//     then fails.
+//   - Renew: Renew keeps leases from expiring, and reports those another store claimed or
+//     deleted, and only those.
+//   - LoadServers: a new store's Load claims the expired tasks of its server, oldest first, and
+//     not those another store renews; Claim takes only the tasks of the store's Server.
+//   - Close: a store that is an [io.Closer] gives up its leases when closed.
+//   - Tasks: Tasks returns the tasks of a parent session, or every task, whoever holds them
+//     and of every server, as copies, and takes no lease.
+//   - Handover: the holder sees in Wanted the tasks another store asked for with Want; Yield
+//     ends its lease at once and for good (the yielder's Renew and Save do not take it back);
+//     the next Claim of the store that wants the task takes it, and another's before it does
+//     not.
+//   - WantedExpired: a wanted task whose lease expired is left to the store that wants it too.
+//   - Slots, SlotRelease, SlotsAtOnce: Slots gives at most limit slots of a key, over all the
+//     stores, to the tasks queued longest, in the order each store queued them, also when the
+//     stores ask at once; Release gives a slot back or takes a task out of its queue; each key
+//     has slots of its own.
+//
+// [SharedMemory] holds the data that the stores opened on it share, each a [SharedStore]: a
+// store in memory that keeps pgstore's semantics and passes TestLeaseStore, for fast tests of
+// several Managers on one store.
+//
+// The checks start goroutines only while they run, and wait for them; a SharedMemory starts
+// none.
 package storetest
 
 import (
@@ -115,16 +150,25 @@ func (r *run) errorf(format string, args ...any) {
 // open returns a store for the check's key, or nil after recording why there is none.
 func (r *run) open() asyncagents.Store {
 	s, err := r.newStore(r.key)
+	if !r.opened(s, err) {
+		return nil
+	}
+	return s
+}
+
+// opened takes what a factory returned: it adds s to the stores to close, or records why there
+// is none (false).
+func (r *run) opened(s asyncagents.Store, err error) bool {
 	switch {
 	case err != nil:
 		r.errorf("new store: %v", err)
-		return nil
+		return false
 	case s == nil:
 		r.errorf("new store: nil Store")
-		return nil
+		return false
 	}
 	r.stores = append(r.stores, s)
-	return s
+	return true
 }
 
 // close closes s when it is an io.Closer.
@@ -168,6 +212,11 @@ func (r *run) expect(s asyncagents.Store, what string, want ...asyncagents.Task)
 		r.errorf("Load %s: %v", what, err)
 		return
 	}
+	r.compare("Load "+what, got, want)
+}
+
+// compare compares tasks got, in any order, with want; what says which call, when.
+func (r *run) compare(what string, got, want []asyncagents.Task) {
 	byID := func(a, b asyncagents.Task) int { return strings.Compare(a.ID, b.ID) }
 	got, want = slices.SortedFunc(slices.Values(got), byID), slices.SortedFunc(slices.Values(want), byID)
 	ids := func(ts []asyncagents.Task) []string {
@@ -178,7 +227,7 @@ func (r *run) expect(s asyncagents.Store, what string, want ...asyncagents.Task)
 		return out
 	}
 	if diff := cmp.Diff(ids(want), ids(got)); diff != "" {
-		r.errorf("Load %s: task ids differ (-want +got):\n%s", what, diff)
+		r.errorf("%s: task ids differ (-want +got):\n%s", what, diff)
 		return
 	}
 	var diffs []string
@@ -191,7 +240,7 @@ func (r *run) expect(s asyncagents.Store, what string, want ...asyncagents.Task)
 		diffs = append(diffs[:maxDiffs], fmt.Sprintf("and %d more tasks", len(diffs)-maxDiffs))
 	}
 	if len(diffs) > 0 {
-		r.errorf("Load %s: %d of %d tasks differ: %s", what, len(diffs), len(want), strings.Join(diffs, "\n"))
+		r.errorf("%s: %d of %d tasks differ: %s", what, len(diffs), len(want), strings.Join(diffs, "\n"))
 	}
 }
 
