@@ -49,6 +49,24 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestLeaseConformance runs storetest's checks of the lease, hand-over and slot contracts on
+// stores with leases of 1 s (H-2, H-4, H-5): a key is a database, which every store of the
+// check opens.
+func TestLeaseConformance(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	dbs := map[string]string{}
+	storetest.RunLeaseStore(t, func(t *testing.T, key, server string) asyncagents.LeaseStore {
+		if dbs[key] == "" {
+			dbs[key] = srv.NewDatabase(t)
+		}
+		s, err := pgstore.Open(t.Context(), dbs[key], pgstore.Options{Lease: time.Second, Server: server})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
 func task(id string) asyncagents.Task {
 	return asyncagents.Task{ID: id, ParentSessionID: "ses_parent", Status: asyncagents.StatusRunning,
 		Started: time.Now().UTC().Truncate(time.Millisecond)}
@@ -133,27 +151,6 @@ func TestRenewReportsLost(t *testing.T) {
 	}
 }
 
-// TestCloseReleases: a closed store's tasks are claimed at once by another.
-func TestCloseReleases(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	ctx := t.Context()
-	a, err := pgstore.Open(ctx, url, pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Save(ctx, task("ses_1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b := open(t, url, 0)
-	if got, err := b.Load(ctx); err != nil || len(got) != 1 {
-		t.Fatalf("Load after the holder closed: %v, %v", got, err)
-	}
-}
-
 // TestSchemaNewer: a database migrated by a newer program is refused.
 func TestSchemaNewer(t *testing.T) {
 	srv := pgstoretest.Start(t)
@@ -166,72 +163,6 @@ func TestSchemaNewer(t *testing.T) {
 	_, err := pgstore.Open(ctx, url, pgstore.Options{})
 	if !errors.Is(err, pgstore.ErrSchemaNewer) {
 		t.Fatalf("Open on a newer schema: %v, want ErrSchemaNewer", err)
-	}
-}
-
-// TestSlots: two stores share a limit of 2; slots go to the oldest queued tasks, whichever
-// store queued them, and a released slot goes to the next (H-4).
-func TestSlots(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	ctx := t.Context()
-	a, b := open(t, url, 0), open(t, url, 0)
-	slots := func(s *pgstore.Store, waiting ...string) []string {
-		t.Helper()
-		got, err := s.Slots(ctx, "default", 2, waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	if got := slots(a, "ses_a1"); !slices.Equal(got, []string{"ses_a1"}) {
-		t.Fatalf("a's first: %v", got)
-	}
-	if got := slots(b, "ses_b1", "ses_b2"); !slices.Equal(got, []string{"ses_b1"}) {
-		t.Fatalf("b's two with one slot free: %v, want [ses_b1]", got)
-	}
-	if got := slots(a, "ses_a2"); len(got) != 0 {
-		t.Fatalf("a's second, queued after b2: %v, want none", got)
-	}
-	if err := a.Release(ctx, "ses_a1"); err != nil {
-		t.Fatal(err)
-	}
-	if got := slots(a, "ses_a2"); len(got) != 0 {
-		t.Fatalf("a2 after a1's release: %v, want none (b2 is older)", got)
-	}
-	if got := slots(b, "ses_b2"); !slices.Equal(got, []string{"ses_b2"}) {
-		t.Fatalf("b2 after a1's release: %v, want [ses_b2] (granted by a's pass)", got)
-	}
-	if err := b.Delete(ctx, "ses_b1"); err != nil { // Delete frees the slot too
-		t.Fatal(err)
-	}
-	if got := slots(a, "ses_a2"); !slices.Equal(got, []string{"ses_a2"}) {
-		t.Fatalf("a2 after b1's delete: %v", got)
-	}
-}
-
-// TestYieldIsFinal: a yielded lease is not renewed by the store that yielded it, so the
-// store that wants the task claims it (H-5).
-func TestYieldIsFinal(t *testing.T) {
-	a, b := twoStores(t)
-	ctx := t.Context()
-	if err := a.Save(ctx, task("ses_1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Want(ctx, "ses_1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Yield(ctx, "ses_1"); err != nil {
-		t.Fatal(err)
-	}
-	if lost, err := a.Renew(ctx); err != nil || len(lost) != 0 { // a's regular renewal, before b claims
-		t.Fatalf("a renews after yielding: lost %v, %v", lost, err)
-	}
-	if err := a.Save(ctx, task("ses_1")); !errors.Is(err, asyncagents.ErrLeaseLost) {
-		t.Fatalf("a saves a yielded task: %v, want ErrLeaseLost", err)
-	}
-	if got, err := b.Claim(ctx); err != nil || len(got) != 1 {
-		t.Fatalf("b claims the yielded task: %v, %v", got, err)
 	}
 }
 
@@ -268,22 +199,34 @@ func TestRenewRacesSave(t *testing.T) {
 	}
 }
 
-// TestEndedSaveFreesSlot: the save of an ended task gives its slot back, even when the
-// Manager never gets to Release it (H-4).
-func TestEndedSaveFreesSlot(t *testing.T) {
+// TestSlotFreedWithoutRelease: the save of an ended task, and Delete, give the task's slot
+// back, even when the Manager never gets to Release it (H-4). The grants themselves are
+// storetest's to check.
+func TestSlotFreedWithoutRelease(t *testing.T) {
 	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
-	ctx := t.Context()
-	a := open(t, url, 0)
-	if got, err := a.Slots(ctx, "default", 1, []string{"ses_1", "ses_2"}); err != nil || !slices.Equal(got, []string{"ses_1"}) {
-		t.Fatalf("slots: %v, %v", got, err)
-	}
-	ended := task("ses_1")
-	ended.Status = asyncagents.StatusCompleted
-	if err := a.Save(ctx, ended); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := a.Slots(ctx, "default", 1, []string{"ses_2"}); err != nil || !slices.Equal(got, []string{"ses_2"}) {
-		t.Fatalf("slots after ses_1 ended: %v, %v; want [ses_2]", got, err)
+	for _, tc := range []struct {
+		name string
+		free func(ctx context.Context, s *pgstore.Store) error
+	}{
+		{"ended save", func(ctx context.Context, s *pgstore.Store) error {
+			ended := task("ses_1")
+			ended.Status = asyncagents.StatusCompleted
+			return s.Save(ctx, ended)
+		}},
+		{"delete", func(ctx context.Context, s *pgstore.Store) error { return s.Delete(ctx, "ses_1") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			a := open(t, srv.NewDatabase(t), 0)
+			if got, err := a.Slots(ctx, "default", 1, []string{"ses_1", "ses_2"}); err != nil || !slices.Equal(got, []string{"ses_1"}) {
+				t.Fatalf("slots: %v, %v", got, err)
+			}
+			if err := tc.free(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := a.Slots(ctx, "default", 1, []string{"ses_2"}); err != nil || !slices.Equal(got, []string{"ses_2"}) {
+				t.Fatalf("slots after ses_1's %s: %v, %v; want [ses_2]", tc.name, got, err)
+			}
+		})
 	}
 }
