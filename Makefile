@@ -132,7 +132,7 @@ testdata: opencode
 # on after a failing version and fails at the end, naming the versions that failed.
 OPENCODE_VERSIONS := $(sort $(notdir $(wildcard deps/opencode-versions/*)))
 # 1.14.41 is pinned too but not in the default list: it fails four checks of the client
-# conformance test on purpose (README, Known limits).
+# conformance test on purpose (docs/development.md, OpenCode versions).
 TEST_VERSIONS     ?= $(OPENCODE_PIN) 1.17.19 1.15.13
 ifneq ($(filter test-versions,$(MAKECMDGOALS)),)
 ifneq ($(filter-out $(OPENCODE_PIN) $(OPENCODE_VERSIONS),$(TEST_VERSIONS)),)

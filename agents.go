@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncagents/asyncagents/opencode"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -35,18 +36,19 @@ type agentList struct {
 	at    time.Time
 }
 
-// checkAgent verifies the agent against GET /agent of dir's instance (hidden agents do not
-// count; a project may define its own). Each directory's list is cached for agentsTTL;
-// concurrent launches share one request.
-func (m *Manager) checkAgent(ctx context.Context, dir, name string) error {
-	m.agents.mu.Lock()
-	l := m.agents.lists[dir]
-	m.agents.mu.Unlock()
-	if m.now().Sub(l.at) < agentsTTL && slices.Contains(l.names, name) {
+// check verifies the agent name against GET /agent of dir's instance, as client answers it
+// (hidden agents do not count; a project may define its own). Each directory's list is cached
+// for agentsTTL by clock; concurrent launches share one request. It returns an error matching
+// ErrUnknownAgent, which names the known agents, or the client's error.
+func (ac *agentCache) check(ctx context.Context, client opencode.Client, clock Clock, dir, name string) error {
+	ac.mu.Lock()
+	l := ac.lists[dir]
+	ac.mu.Unlock()
+	if clock.Now().Sub(l.at) < agentsTTL && slices.Contains(l.names, name) {
 		return nil
 	}
-	v, err, _ := m.agents.once.Do(dir, func() (any, error) {
-		agents, err := m.client.Agents(ctx, dir)
+	v, err, _ := ac.once.Do(dir, func() (any, error) {
+		agents, err := client.Agents(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -57,12 +59,12 @@ func (m *Manager) checkAgent(ctx context.Context, dir, name string) error {
 			}
 		}
 		sort.Strings(names)
-		m.agents.mu.Lock()
-		if m.agents.lists == nil || len(m.agents.lists) >= maxAgentLists {
-			m.agents.lists = map[string]agentList{}
+		ac.mu.Lock()
+		if ac.lists == nil || len(ac.lists) >= maxAgentLists {
+			ac.lists = map[string]agentList{}
 		}
-		m.agents.lists[dir] = agentList{names: names, at: m.now()}
-		m.agents.mu.Unlock()
+		ac.lists[dir] = agentList{names: names, at: clock.Now()}
+		ac.mu.Unlock()
 		return names, nil
 	})
 	if err != nil {

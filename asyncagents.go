@@ -15,42 +15,52 @@ import (
 // Manager runs background tasks in child sessions of an OpenCode server and tracks them
 // until they end. Create one with [New]; it is safe for concurrent use.
 //
-// A Manager owns a bounded number of goroutines, whatever the number of tasks: one event
-// subscription (GET /global/event, reconnected with backoff) and one goroutine applying its
-// events, one status poller, the reconcilers of [WithReconcilers] (while sessions wait to be
-// read with all of them busy, up to 16 times as many, at most 64, which end when the queue is
-// empty; and up to 16 more, in all, recording the ends of runs decided together) and one notifier with up to 32 delivery workers, each posting up to 8 of one
-// parent's notifications at once (with 7 goroutines of its own); with a [LeaseStore], one
-// renewing and claiming leases (and, with a [HandoffStore], one short-lived goroutine per
-// task it hands over to another host), and with a [SlotStore] and limits, one granting slots; right
-// after New, one starting the stored queued tasks and one sending the stored follow-ups; with
-// [WithPermissionPolicy], one short-lived goroutine per request it answers. [Manager.Close] stops them and waits. The
-// package documentation says what a panic in one of them does.
+// A Manager owns its goroutines, and [Manager.Close] stops them and waits. Their number does
+// not grow with the number of tasks, but for two short-lived kinds noted below:
+//   - one reading the event stream (GET /global/event, reconnected with backoff) and one
+//     applying its events;
+//   - one status poll ([WithPollInterval]);
+//   - the reconcilers of [WithReconcilers], which read the sessions that went idle; while
+//     sessions wait with all of them busy, up to 16 times as many (at most 64 in all), which
+//     end when the queue is empty; and up to 16 recording the ends of runs decided together;
+//   - one notifier, with up to 32 delivery workers (one parent session each), each posting up
+//     to 8 of its parent's merged notifications at once (7 goroutines more);
+//   - with a [LeaseStore], one renewing and claiming leases, and, with a [HandoffStore], one
+//     short-lived goroutine per task being handed over to another host;
+//   - with a [SlotStore] and limits, one granting slots;
+//   - right after New, one starting the stored queued tasks and one sending the stored
+//     follow-ups;
+//   - with [WithPermissionPolicy], one short-lived goroutine per permission request being
+//     answered.
+//
+// The package documentation says what a panic in one of them does.
 type Manager struct {
 	client opencode.Client
 	cfg    config
 
-	ctx    context.Context // cancelled by Close: ends background I/O
-	cancel context.CancelFunc
-	stop   chan struct{}
-	wg     sync.WaitGroup // the Manager's goroutines (see loops.go)
+	bg     *background    // the Manager's goroutines
 	ops    sync.WaitGroup // operations that may create or change tasks; Close waits for them
 	close1 sync.Once
-	stop1  sync.Once
 
-	// mu guards the task records and the state of the parts that change with them; the
-	// parts that have a lock of their own say so.
-	mu      sync.Mutex
-	closed  bool
-	tasks   map[string]*entry
-	reg     manager.Registry
-	batches map[string]*batch // by batch id
-	open    map[string]string // parent → its batch with active tasks
-	cleared map[string]Usage  // parent → what its tasks removed since New had used
+	// mu guards the tasks and the state of the parts that change with them; the parts with
+	// a lock of their own say so. The lock order, outermost first:
+	//
+	//	entry.save.mu (one task's saves) → mu
+	//	slots.granting → mu
+	//	mu → mirrors.mu, notes.heads.mu, notes.confirms.mu, stream.q.mu
+	//
+	// agents.mu is never held with another.
+	//
+	// No request to the server or the store is made, and no goroutine waited for, with mu
+	// held; a Subscription's channel is sent to without blocking.
+	mu    sync.Mutex
+	tasks taskSet
 
 	recon   reconciling // sessions waiting to be read, and the goroutines that read them
 	notes   notifier    // the parents' notifications waiting for delivery
-	slots   slots       // concurrency limits and the per-parent cap
+	slots   *slots      // concurrency limits and the per-parent cap
+	hosts   hosts       // leases and hand-overs, with several hosts on one store
+	stream  *stream     // the server's events
 	feed    feed        // the change feed (Subscribe)
 	agents  agentCache  // the servers' agent lists (its own lock)
 	mirrors mirrors     // what the event stream carried of each run (its own lock)
@@ -81,33 +91,31 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 	m := &Manager{
 		client:    client,
 		cfg:       cfg,
-		stop:      make(chan struct{}),
-		tasks:     map[string]*entry{},
-		batches:   map[string]*batch{},
-		open:      map[string]string{},
-		cleared:   map[string]Usage{},
-		recon:     reconciling{rq: map[string]bool{}, wake: make(chan struct{}, 1), ends: make(chan struct{}, endParallel)},
-		notes:     notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1), confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}}},
-		slots:     slots{running: map[string]int{}, waiting: map[string][]*entry{}, limitOf: map[string]int{}, activeOf: map[string]int{}, wake: make(chan struct{}, 1)},
+		bg:        newBackground(&cfg),
+		tasks:     newTaskSet(),
+		recon:     reconciling{rq: map[*entry]bool{}, wake: make(chan struct{}, 1), ends: make(chan struct{}, endParallel)},
+		slots:     newSlots(&cfg),
 		mirrors:   mirrors{logs: map[string]*runLog{}, tried: make(chan struct{})},
 		lossGrace: lossGrace,
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-	stored, err := cfg.store.Load(m.ctx)
+	m.notes = newNotifier(&cfg, m.slots.active)
+	m.hosts = newHosts(m)
+	m.stream = newStream(m)
+	stored, err := cfg.store.Load(m.bg.ctx)
 	if err != nil {
-		m.cancel()
+		m.bg.stop()
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
 	start, followUps := m.restore(stored)
-	if m.slotStore() != nil {
-		m.wakeGranterLocked() // for the stored queued tasks
+	if m.slots.shared != nil {
+		m.slots.wakeGranter() // for the stored queued tasks
 	}
 	m.start()
 	if len(start) > 0 {
-		m.spawn("starting queued tasks", func() { m.startQueued(start) })
+		m.bg.spawn("starting queued tasks", func() { m.startQueued(start) })
 	}
 	if len(followUps) > 0 {
-		m.spawn("sending queued follow-ups", func() {
+		m.bg.spawn("sending queued follow-ups", func() {
 			for _, e := range followUps {
 				m.sendFollowUp(e)
 			}
@@ -133,9 +141,9 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 		for _, n := range t.Notifications {
 			switch {
 			case n.State == NotificationPending:
-				pending = append(pending, noteRef{task: t.ID, key: n.Key})
+				pending = append(pending, noteRef{e: e, key: n.Key})
 			case n.State == NotificationDelivered && n.Turn == TurnOwed && m.cfg.notifyPolicy != NotifyNoReply:
-				owed = append(owed, noteRef{task: t.ID, key: n.Key})
+				owed = append(owed, noteRef{e: e, key: n.Key})
 			default:
 				continue
 			}
@@ -149,47 +157,43 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 		sort.SliceStable(refs, func(i, j int) bool { return created[refs[i].key].Before(created[refs[j].key]) })
 	}
 	for _, ref := range pending { // what the last Manager did not deliver
-		ob := m.queueLocked(m.tasks[ref.task].task.ParentSessionID, ref)
+		ob := m.notes.queue(ref.e.task.ParentSessionID, ref)
 		ob.lastEnd = latest(ob.lastEnd, created[ref.key])
 	}
 	for _, ref := range owed { // the turns it did not ask for
-		parent := m.tasks[ref.task].task.ParentSessionID
-		ob := m.outboxLocked(parent)
-		m.oweTurnLocked(ob, ref, created[ref.key])
+		parent := ref.e.task.ParentSessionID
+		ob := m.notes.outbox(parent)
+		ob.owe(ref, created[ref.key])
 		ob.lastEnd = latest(ob.lastEnd, created[ref.key])
-		m.readyLocked(parent, ob)
+		m.notes.markReady(parent, ob)
 	}
-	for key := range m.slots.waiting {
-		start = append(start, m.startableLocked(key)...)
-	}
-	return start, followUps
+	return m.startedLocked(m.slots.startableAll()), followUps
 }
 
 // restoreTask records one stored task (nil for a duplicate id), counts it in its batch and
 // its limits, and queues it for a read when it is active.
 func (m *Manager) restoreTask(t Task) *entry {
-	if !m.reg.Add(t.ParentSessionID, t.ID) {
+	if !m.tasks.reg.Add(t.ParentSessionID, t.ID) {
 		return nil
 	}
 	e := &entry{task: t, done: make(chan struct{})}
 	if t.Status.Terminal() {
 		close(e.done)
 	}
-	m.tasks[t.ID] = e
-	b := m.batchLocked(t.BatchID)
+	m.tasks.byID[t.ID] = e
+	b := m.tasks.batch(t.BatchID)
 	b.total++
 	if !t.Status.Terminal() {
 		b.active++
-		m.open[t.ParentSessionID] = t.BatchID
+		m.tasks.open[t.ParentSessionID] = t.BatchID
 		m.slots.activeOf[t.ParentSessionID]++
 	}
 	switch {
 	case t.Status.Active():
-		m.recon.rq[t.ID] = false
-		m.recon.order = append(m.recon.order, t.ID)
+		m.recon.add(e, false)
 		// Its prompt may have been sent a moment before the host stopped: it is taken for
 		// lost only a grace after this start (see prompt.go).
-		e.sentAt = m.cfg.clock.Now()
+		e.run.sentAt = m.cfg.clock.Now()
 		if key, limit := m.cfg.limits.keyOf(t.Model); limit > 0 && t.ResumeCount == 0 {
 			m.slots.limitOf[key] = limit
 			m.slots.running[key]++
@@ -203,42 +207,51 @@ func (m *Manager) restoreTask(t Task) *entry {
 	return e
 }
 
+// start starts the long-lived goroutines of the Manager's parts.
+func (m *Manager) start() {
+	m.recon.alive, m.recon.limit = m.cfg.reconcilers, min(reconcileBurst*m.cfg.reconcilers, maxReconcilers)
+	m.recon.extra = func() bool {
+		if m.bg.stopping() {
+			return false
+		}
+		m.bg.spawn("a reconciler", func() { m.reconcileLoop(false) })
+		return true
+	}
+	m.stream.start()
+	m.bg.keep("the status poll", m.pollLoop)
+	for range m.cfg.reconcilers {
+		m.bg.keep("a reconciler", func() { m.reconcileLoop(true) })
+	}
+	m.bg.keep("the notifier", m.notifyLoop)
+	m.hosts.start()
+	if m.slots.shared != nil {
+		m.bg.keep("granting concurrency slots", m.grantLoop)
+	}
+}
+
 // Close stops the event subscription, the poller, the reconcilers and the notifier. It
 // first waits for operations in flight (a Launch that created its session records it), then
 // stops the goroutines and waits for them, or until ctx ends (returning ctx.Err(); they
 // still stop). Notifications still queued get one delivery attempt. Tasks keep running on
-// the server and their records stay in the store, so a new Manager on the same store picks
-// them up. Close is idempotent; afterwards every method returns [ErrClosed].
+// the server and their records stay in the store: a new Manager on a store that outlives the
+// process (a [FileStore], or a shared store such as pgstore's) picks them up; the default
+// [MemoryStore] goes with the process. Close is idempotent; afterwards every method returns
+// [ErrClosed].
 func (m *Manager) Close(ctx context.Context) error {
 	m.close1.Do(func() {
 		m.mu.Lock()
-		m.closed = true
+		m.tasks.closed = true
 		for s := range m.feed.subs {
-			m.endSubLocked(s, ErrClosed)
+			m.feed.end(s, ErrClosed)
 		}
 		m.mu.Unlock()
 	})
 	err := waitCtx(ctx, &m.ops)
-	m.stop1.Do(func() {
-		close(m.stop)
-		m.cancel()
-	})
+	m.bg.stop()
 	if err != nil {
 		return err
 	}
-	return waitCtx(ctx, &m.wg)
-}
-
-// waitCtx waits for wg or until ctx ends.
-func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitCtx(ctx, &m.bg.wg)
 }
 
 // begin registers an operation that Close waits for; it fails with ErrClosed after Close.
@@ -246,14 +259,12 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 func (m *Manager) begin() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.tasks.closed {
 		return ErrClosed
 	}
 	m.ops.Add(1)
 	return nil
 }
-
-func (m *Manager) now() time.Time { return m.cfg.clock.Now() }
 
 // Get returns any task of the Manager, whatever its parent: id is the full task id or the id
 // without "ses_" (prefixes resolve only among a caller's tasks, in the caller's operations).
@@ -261,10 +272,10 @@ func (m *Manager) now() time.Time { return m.cfg.clock.Now() }
 func (m *Manager) Get(id string) (Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.tasks.closed {
 		return Task{}, ErrClosed
 	}
-	if e, ok := m.tasks[manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)]; ok {
+	if e, ok := m.tasks.byID[manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)]; ok {
 		return m.viewLocked(e), nil
 	}
 	return Task{}, fmt.Errorf("%w: %s", ErrTaskNotFound, echo(id))
@@ -272,28 +283,3 @@ func (m *Manager) Get(id string) (Task, error) {
 
 // ToolPrefix returns the prefix of the Manager's tool names ([WithToolPrefix]).
 func (m *Manager) ToolPrefix() string { return m.cfg.toolPrefix }
-
-// isClosed reports whether c is closed.
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// requestCtx bounds one request of the Manager's own goroutines by the request timeout, so
-// a server that accepts a connection and never answers cannot hold a goroutine.
-func (m *Manager) requestCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(m.ctx, m.cfg.requestTimeout)
-}
-
-// quickTimeout bounds a request the server answers at once: the status poll, the list of
-// permission requests and the opening of the event stream.
-func (m *Manager) quickTimeout() time.Duration { return min(m.cfg.requestTimeout, QuickRequestTimeout) }
-
-// quickCtx is requestCtx for a request the server answers at once.
-func (m *Manager) quickCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(m.ctx, m.quickTimeout())
-}

@@ -81,14 +81,14 @@ func (m *Manager) overBudgetLocked(parent string) error {
 		return nil
 	}
 	for s, depth := parent, 0; s != "" && depth <= MaxNestingDepth; depth++ {
-		if used := m.treeUsageLocked(s); m.cfg.treeBudget.Reached(used) {
+		if used := m.tasks.treeUsage(s); m.cfg.treeBudget.Reached(used) {
 			who := "this session's tasks (with theirs)"
 			if s != parent {
 				who = "the tasks of a session above this one (with theirs)"
 			}
 			return fmt.Errorf("%w: %s used %s, the budget is %s; no more tasks can start", ErrBudget, who, used, m.cfg.treeBudget)
 		}
-		e := m.tasks[s]
+		e := m.tasks.byID[s]
 		if e == nil {
 			break
 		}

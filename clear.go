@@ -6,20 +6,18 @@ import (
 )
 
 // Cancel aborts the caller's running or resumed task (POST /session/{id}/abort), or takes a
-// queued one out of its queue, marks it [StatusCancelled] and notifies the parent. It returns the cancelled task. Errors, each
-// leaving the task unchanged: [ErrNotRunning] for a task in any other state,
-// [ErrInvalidInput], [ErrTaskNotFound], [ErrAmbiguousID], [ErrClosed], and the server's
-// error when the abort request fails.
+// queued one out of its queue, marks it [StatusCancelled] and notifies the parent. It returns
+// the cancelled task. Errors, each leaving the task unchanged: [ErrNotRunning] for a task in
+// any other state, [ErrInvalidInput], [ErrTaskNotFound], [ErrAmbiguousID], [ErrLeaseLost]
+// (with a shared [LeaseStore], the task is being handed over to another host: try again),
+// [ErrClosed], and the server's error when the abort request fails.
 func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, error) {
 	if err := m.begin(); err != nil {
 		return Task{}, err
 	}
 	defer m.ops.Done()
-	m.pull(ctx, caller, id)
-	m.mu.Lock()
-	e, err := m.lookupLocked(caller, id)
+	e, err := m.lockTask(ctx, caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Task{}, err
 	}
 	tid, st, rc := e.task.ID, e.task.Status, e.task.ResumeCount
@@ -53,19 +51,7 @@ func (m *Manager) Clear(ctx context.Context, caller Caller) (ClearResult, error)
 	if err := checkCaller(caller); err != nil {
 		return ClearResult{}, err
 	}
-	if hs := m.handoffStore(); hs != nil { // the caller's tasks on other hosts first come here
-		if remote := m.remoteTasks(caller.SessionID); len(remote) > 0 {
-			var ids []string
-			for _, t := range remote {
-				if t.Server == m.serverName() { // another server's hosts act on the others
-					ids = append(ids, t.ID)
-				}
-			}
-			if len(ids) > 0 {
-				m.pullIDs(ctx, hs, ids)
-			}
-		}
-	}
+	m.hosts.pullAll(ctx, caller) // the caller's tasks on other hosts first come here
 	return m.clear(ctx, func(parent string) bool { return parent == caller.SessionID })
 }
 
@@ -83,7 +69,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	m.mu.Lock()
 	var active, ids []string
 	var removed, start []*entry
-	for id, e := range m.tasks {
+	for id, e := range m.tasks.byID {
 		if !match(e.task.ParentSessionID) {
 			continue
 		}
@@ -105,8 +91,8 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 		res.Aborted++
 	}
 	for _, e := range removed { // a barrier: saves in flight land before the delete, later ones see e.removed
-		e.saveMu.Lock()
-		e.saveMu.Unlock() //nolint:staticcheck // empty critical section on purpose
+		e.save.mu.Lock()
+		e.save.mu.Unlock() //nolint:staticcheck // empty critical section on purpose
 	}
 	res.Removed = len(ids)
 	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
@@ -119,30 +105,30 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 // tasks that can start in the slot it freed (see startQueued).
 func (m *Manager) removeLocked(e *entry) []*entry {
 	id := e.task.ID
-	if !e.lost { // a task another host holds now is not removed: the feed shows it from there
+	if !e.hold.lost { // a task another host holds now is not removed: the feed shows it from there
 		m.publishLocked(e, true)
 	}
-	delete(m.tasks, id)
-	delete(m.recon.rq, id)
-	m.dropMirrorLocked(e)
-	m.reg.Remove(id)
+	delete(m.tasks.byID, id)
+	m.recon.forget(e)
+	m.mirrors.drop(e)
+	m.tasks.reg.Remove(id)
 	e.removed = true
 	if !e.task.Usage.IsZero() { // still spent: it counts in its parent's tree (budget.go)
-		m.cleared[e.task.ParentSessionID] = m.cleared[e.task.ParentSessionID].Add(e.task.Usage)
+		m.tasks.cleared[e.task.ParentSessionID] = m.tasks.cleared[e.task.ParentSessionID].Add(e.task.Usage)
 	}
-	if b := m.batches[e.task.BatchID]; b != nil {
+	if b := m.tasks.batches[e.task.BatchID]; b != nil {
 		b.total--
 		if !e.task.Status.Terminal() {
 			b.active--
-			m.unreserveLocked(e.task.ParentSessionID)
+			m.slots.unreserve(e.task.ParentSessionID)
 		}
-		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
+		m.tasks.closeBatch(e.task.ParentSessionID, e.task.BatchID, b)
 	}
-	m.waveOverLocked(e.task.ParentSessionID)
+	m.notes.waveOver(e.task.ParentSessionID)
 	select {
 	case <-e.done:
 	default:
 		close(e.done)
 	}
-	return m.releaseLocked(e)
+	return m.startedLocked(m.slots.free(e))
 }

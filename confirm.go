@@ -34,9 +34,10 @@ type confirmations struct {
 // posted is a notification, or a turn prompt (turn: the notifications it covers), waiting
 // for its message to show up.
 type posted struct {
-	parent, task, key string
-	turn              []noteRef
-	at                time.Time
+	parent string
+	ref    noteRef   // the notification
+	turn   []noteRef // or the notifications the turn prompt covers
+	at     time.Time
 }
 
 // add records a notification posted as message id; beyond maxConfirms the oldest is trusted.
@@ -97,14 +98,10 @@ func (c *confirmations) due(now time.Time, grace time.Duration) map[string]poste
 	return due
 }
 
-// awaitPosted records a notification posted as message id.
-func (m *Manager) awaitPosted(id string, p posted) { m.notes.confirms.add(id, p) }
-
-// confirmPosted takes a message.updated event: a message a notification was posted as is
+// confirm takes a message.updated event: a message a notification was posted as is
 // confirmed. Only the events of parents with notifications waiting are read further than
 // their session id.
-func (m *Manager) confirmPosted(ev opencode.Event) {
-	c := &m.notes.confirms
+func (c *confirmations) confirm(ev opencode.Event) {
 	if sid := eventSession(ev); sid == nil || !c.waitsIn(sid) {
 		return
 	}
@@ -132,12 +129,12 @@ func messageID(ev opencode.Event) string {
 // checkPosted reads the messages of notifications posted lossGrace ago or earlier that the
 // stream did not show: found, they are confirmed; not found, they are pending again.
 func (m *Manager) checkPosted() {
-	now := m.now()
+	now := m.bg.now()
 	m.mu.Lock()
 	grace := m.lossGrace
 	m.mu.Unlock()
 	for id, p := range m.notes.confirms.due(now, grace) {
-		ctx, cancel := m.requestCtx()
+		ctx, cancel := m.bg.requestCtx()
 		_, err := m.client.Message(ctx, p.parent, id)
 		cancel()
 		if err != nil && !errors.Is(err, opencode.ErrNotFound) {
@@ -151,29 +148,25 @@ func (m *Manager) checkPosted() {
 		if p.turn != nil {
 			m.cfg.logger.Warn("asyncagents: the server acknowledged a turn prompt and did not store it; asking again",
 				"parent", p.parent, "message", id)
-			m.reoweLocked(p.parent, p.turn, id)
-			changed := m.entriesLocked(p.turn)
+			m.notes.reowe(p.parent, p.turn, id)
+			changed := m.entriesLocked(p.turn) // those made owed again, and the others
 			m.mu.Unlock()
 			for _, e := range changed {
 				m.persist(e)
 			}
 			continue
 		}
-		e := m.tasks[p.task]
-		var note *Notification
-		if e != nil {
-			note = noteLocked(e, p.key)
-		}
+		e, note := p.ref.live(), p.ref.note()
 		if note == nil || note.State != NotificationDelivered || note.MessageID != id {
 			m.mu.Unlock()
 			continue
 		}
 		m.cfg.logger.Warn("asyncagents: the server acknowledged a notification and did not store it; posting it again",
-			"key", p.key, "message", id)
+			"key", p.ref.key, "message", id)
 		note.State, note.Delivered, note.Error = NotificationPending, time.Time{}, "the server acknowledged the notification and did not store it"
 		m.notes.heads.forget(p.parent) // it was raised to the id that is not there
 		m.changedLocked(e)
-		m.queueLocked(p.parent, noteRef{task: p.task, key: p.key})
+		m.notes.queue(p.parent, p.ref)
 		m.mu.Unlock()
 		m.persist(e)
 	}

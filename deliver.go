@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 // that are due together go in one message, up to notifyMerge of them and mergeBytes of text,
 // and up to
 // notifyParallel such messages at a time once the parent's newest message is known
-// (dueGroupsLocked); a prompt per run end (NotifyPerRun) goes alone, one at a time. A worker
+// (notifier.groups); a prompt per run end (NotifyPerRun) goes alone, one at a time. A worker
 // delivers a parent's notifications one message after the other while they are due; after
 // notifyBatch notifications it gives its place to a parent that waits for a worker, if any. A
 // failed attempt is retried after a delay doubling from notifyBackoffMin to notifyBackoffMax
@@ -35,35 +34,6 @@ const (
 	flushSettle      = 500 * time.Millisecond
 )
 
-// notifier is the part of the Manager that delivers the parents' notifications: an outbox per
-// parent, the parents whose next notification is due (ready, in the order they became due),
-// the notifier's wake-up, and the notifications waiting to be confirmed (their own lock).
-// Under Manager.mu but confirms.
-type notifier struct {
-	outboxes map[string]*outbox // parent → pending notifications
-	ready    []string           // parents whose next notification is due, waiting for a worker
-	retryAt  time.Time          // the earliest retry of a parent waiting after a failure; zero: none
-	wake     chan struct{}
-	confirms confirmations
-	heads    heads // the parents' newest message ids (heads.go)
-}
-
-// outbox holds one parent's pending notifications, oldest first, and those delivered whose
-// turn is owed (turn.go).
-type outbox struct {
-	queue    []noteRef
-	inFlight bool      // a worker delivers them
-	ready    bool      // in Manager.nready: due, waiting for a worker
-	next     time.Time // no attempt before this (a retry's backoff)
-
-	owed      []noteRef // delivered without reply, not seen by a turn of the parent yet
-	firstOwed time.Time // when the first of the owed notifications was created
-	lastEnd   time.Time // when the parent's newest notification was created
-	turnID    string    // the prompt asking for the owed turn, when posted before
-	turnNext  time.Time // no attempt at the owed turn before this (a retry's backoff)
-	turnFails int       // failed attempts at the owed turn in a row
-}
-
 // notifyLoop hands the parents whose next notification is due to delivery goroutines, in the
 // order they became due, at most notifyWorkers at a time. On Close it waits for them and
 // gives every parent's pending notifications one more attempt; what is still pending stays in
@@ -73,8 +43,8 @@ func (m *Manager) notifyLoop() {
 	sem := make(chan struct{}, notifyWorkers)
 	for {
 		m.mu.Lock()
-		wait := m.retryDueLocked()
-		start := m.takeReadyLocked(cap(sem) - len(sem))
+		wait := m.notes.retryDue(m.bg.now())
+		start := m.notes.takeReady(cap(sem) - len(sem))
 		m.mu.Unlock()
 		for _, parent := range start {
 			sem <- struct{}{}
@@ -82,59 +52,14 @@ func (m *Manager) notifyLoop() {
 			go m.notifyWorker(parent, sem, &workers)
 		}
 		select {
-		case <-m.stop:
+		case <-m.bg.stopc:
 			workers.Wait()
 			m.flushNotifications()
 			return
 		case <-m.notes.wake:
-		case <-m.cfg.clock.After(wait):
+		case <-m.bg.clock.After(wait):
 		}
 	}
-}
-
-// retryDueLocked readies the parents whose retry or turn has come, when the earliest has, and
-// returns how long the notifier may sleep: until the next one, or an hour.
-func (m *Manager) retryDueLocked() time.Duration {
-	n, now := &m.notes, m.now()
-	if !n.retryAt.IsZero() && !n.retryAt.After(now) {
-		n.retryAt = time.Time{}
-		for parent, ob := range n.outboxes {
-			if ob.inFlight || ob.ready {
-				continue
-			}
-			due, _, ok := m.dueLocked(parent, ob)
-			switch {
-			case !ok:
-			case !due.After(now):
-				m.readyLocked(parent, ob)
-			case n.retryAt.IsZero() || due.Before(n.retryAt):
-				n.retryAt = due
-			}
-		}
-	}
-	if n.retryAt.IsZero() {
-		return time.Hour
-	}
-	return n.retryAt.Sub(now)
-}
-
-// takeReadyLocked takes up to free parents whose next notification is due, in the order they
-// became due, and marks their outboxes in flight.
-func (m *Manager) takeReadyLocked(free int) []string {
-	n := &m.notes
-	var start []string
-	for len(n.ready) > 0 && len(start) < free {
-		parent := n.ready[0]
-		n.ready[0] = ""
-		n.ready = n.ready[1:]
-		ob := n.outboxes[parent]
-		ob.ready, ob.inFlight = false, true
-		start = append(start, parent)
-	}
-	if len(n.ready) == 0 {
-		n.ready = nil // let a burst's backing array go
-	}
-	return start
 }
 
 // notifyWorker delivers parent's due notifications, records when its next retry is, and
@@ -142,17 +67,12 @@ func (m *Manager) takeReadyLocked(free int) []string {
 func (m *Manager) notifyWorker(parent string, sem chan struct{}, workers *sync.WaitGroup) {
 	defer workers.Done()
 	defer func() { <-sem }()
-	defer m.recoverAndLog("a notification worker")
-	next := m.drain(m.ctx, parent)
+	defer m.bg.recoverAndLog("a notification worker")
+	next := m.drain(m.bg.ctx, parent)
 	m.mu.Lock()
-	if n := &m.notes; !next.IsZero() && (n.retryAt.IsZero() || next.Before(n.retryAt)) {
-		n.retryAt = next
-	}
+	m.notes.retryAfter(next)
 	m.mu.Unlock()
-	select {
-	case m.notes.wake <- struct{}{}:
-	default:
-	}
+	m.notes.wakeUp()
 }
 
 // drain delivers parent's due notifications, oldest first, then asks for the parent's owed
@@ -164,26 +84,26 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 	for sent := 0; ; {
 		m.mu.Lock()
 		ob := m.notes.outboxes[parent]
-		due, turn, ok := m.dueLocked(parent, ob)
+		due, turn, ok := m.notes.due(parent, ob, m.bg.now())
 		switch {
 		case !ok:
 			ob.inFlight = false
 			delete(m.notes.outboxes, parent)
-			m.waveOverLocked(parent)
-		case due.After(m.now()):
+			m.notes.waveOver(parent)
+		case due.After(m.bg.now()):
 			ob.inFlight = false
 			retry = due
 		case ctx.Err() != nil:
 			ob.inFlight = false // flushNotifications takes it
 		case sent >= notifyBatch && len(m.notes.ready) > 0:
 			ob.inFlight = false
-			m.readyLocked(parent, ob)
+			m.notes.markReady(parent, ob)
 		case turn:
 			m.mu.Unlock()
 			m.askTurn(ctx, parent)
 			continue
 		default:
-			groups := m.dueGroupsLocked(parent, ob)
+			groups := m.notes.groups(parent, ob, m.mirrors.live.Load(), m.bg.now())
 			m.mu.Unlock()
 			for _, g := range groups {
 				sent += len(g)
@@ -201,24 +121,6 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 	}
 }
 
-// dueLocked returns when parent's outbox has something to do next, and whether that is its
-// owed turn: its oldest notification (after a retry's backoff) comes first, and the owed turn
-// when no notification is queued, or when those queued wait for a retry (one that keeps
-// failing does not hold up the turn of those delivered); false when it has nothing to do.
-func (m *Manager) dueLocked(parent string, ob *outbox) (at time.Time, turn, ok bool) {
-	switch {
-	case len(ob.owed) > 0 && (len(ob.queue) == 0 || ob.next.After(m.now())):
-		at = latest(ob.turnNext, m.turnDueLocked(parent, ob))
-		if len(ob.queue) > 0 && ob.next.Before(at) {
-			return ob.next, false, true
-		}
-		return at, true, true
-	case len(ob.queue) > 0:
-		return ob.next, false, true
-	}
-	return time.Time{}, false, false
-}
-
 // flushNotifications gives each parent's pending notifications, in order, one attempt. A
 // notification posted before (its attempt cut short by Close, say) may still be on its way
 // into the server, which stores a message before it answers: the flush waits flushSettle
@@ -234,10 +136,8 @@ func (m *Manager) flushNotifications() {
 			ob.next = time.Time{}
 			parents = append(parents, p)
 			for _, ref := range ob.queue {
-				if e := m.tasks[ref.task]; e != nil {
-					if note := noteLocked(e, ref.key); note != nil && note.MessageID != "" {
-						posted = true
-					}
+				if note := ref.note(); note != nil && note.MessageID != "" {
+					posted = true
 				}
 			}
 		}
@@ -254,54 +154,8 @@ func (m *Manager) flushNotifications() {
 	}
 }
 
-// dueGroupsLocked returns the notifications of parent's outbox ob that its worker delivers
-// now, one group per message, oldest first. A prompt per run end (NotifyPerRun) goes alone.
-// Notifications posted without reply are merged: consecutive ones that an earlier attempt
-// posted under the same message id (or none did) and that carry the same agent share a
-// message, up to notifyMerge of them and mergeBytes of text; up to notifyParallel messages
-// go at once when the parent's newest message is known (no read of it per message), one
-// otherwise. A ref queued twice is taken once.
-func (m *Manager) dueGroupsLocked(parent string, ob *outbox) [][]noteRef {
-	if m.cfg.notifyPolicy == NotifyPerRun || len(ob.queue) == 1 {
-		return [][]noteRef{{ob.queue[0]}}
-	}
-	most := 1
-	if _, ok := m.notes.heads.known(parent, m.mirrors.live.Load(), m.now()); ok {
-		most = notifyParallel
-	}
-	type mergeKey struct{ prev, agent string }
-	var groups [][]noteRef
-	var last mergeKey
-	var size int // the text of the last group
-	taken := make(map[noteRef]struct{}, min(len(ob.queue), most*notifyMerge))
-	for _, ref := range ob.queue {
-		if _, dup := taken[ref]; dup { // queued twice (a task restored before its stale ref went): one post
-			continue
-		}
-		taken[ref] = struct{}{}
-		var k mergeKey
-		var n int
-		if e := m.tasks[ref.task]; e != nil {
-			k.agent = e.task.ParentAgent
-			if note := noteLocked(e, ref.key); note != nil {
-				k.prev, n = note.MessageID, len(note.Visible)+len(note.Hidden)
-			}
-		}
-		if g := len(groups); g > 0 && k == last && len(groups[g-1]) < notifyMerge && size+n <= mergeBytes {
-			groups[g-1] = append(groups[g-1], ref)
-			size += n
-			continue
-		}
-		if len(groups) == most {
-			break
-		}
-		groups, last, size = append(groups, []noteRef{ref}), k, n
-	}
-	return groups
-}
-
 // deliverNext makes one attempt at parent's oldest pending notifications (the first message
-// dueGroupsLocked would post) and reports whether it is done with them (each delivered,
+// notifier.groups would post) and reports whether it is done with them (each delivered,
 // failed or gone). The caller has the parent.
 func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 	m.mu.Lock()
@@ -310,7 +164,7 @@ func (m *Manager) deliverNext(ctx context.Context, parent string) (done bool) {
 		m.mu.Unlock()
 		return false
 	}
-	refs := m.dueGroupsLocked(parent, ob)[0]
+	refs := m.notes.groups(parent, ob, m.mirrors.live.Load(), m.bg.now())[0]
 	m.mu.Unlock()
 	return m.deliver(ctx, parent, refs)
 }
@@ -328,17 +182,13 @@ type pendingNote struct {
 // parent: no goroutine but those it started delivers its notifications meanwhile, and no two
 // deliver the same one.
 func (m *Manager) deliver(ctx context.Context, parent string, refs []noteRef) (done bool) {
-	defer m.recoverAndLog("delivering a notification")
+	defer m.bg.recoverAndLog("delivering a notification")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	post := make([]pendingNote, 0, len(refs))
 	var gone []noteRef
 	for _, ref := range refs {
-		e := m.tasks[ref.task]
-		var note *Notification
-		if e != nil {
-			note = noteLocked(e, ref.key)
-		}
+		e, note := ref.live(), ref.note()
 		if note == nil || note.State != NotificationPending { // cleared meanwhile
 			gone = append(gone, ref)
 			continue
@@ -379,7 +229,7 @@ func (m *Manager) settle(ob *outbox, parent string, post []pendingNote, held []*
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer releaseLocked(held)
-	now := m.now()
+	now := m.bg.now()
 	gone := make([]noteRef, 0, len(post))
 	for _, p := range post {
 		if m.settleLocked(ob, parent, p, confirmed, err, now) {
@@ -412,11 +262,11 @@ func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirm
 	case err == nil:
 		note.State, note.Delivered, note.Error, note.Next = NotificationDelivered, now, "", time.Time{}
 		if !confirmed { // a prompt_async (NotifyPerRun), always posted alone: one per message id
-			m.awaitPosted(note.MessageID, posted{parent: parent, task: p.e.task.ID, key: note.Key, at: now})
+			m.notes.confirms.add(note.MessageID, posted{parent: parent, ref: p.ref, at: now})
 		}
 		if m.cfg.notifyPolicy == NotifyPerWave {
 			note.Turn = TurnOwed
-			m.oweTurnLocked(ob, p.ref, note.Created)
+			ob.owe(p.ref, note.Created)
 		}
 	case errors.Is(err, opencode.ErrNotFound):
 		note.State, note.Error = NotificationFailed, "the parent session no longer exists"
@@ -435,31 +285,6 @@ func (m *Manager) settleLocked(ob *outbox, parent string, p pendingNote, confirm
 	return true
 }
 
-// remove drops refs from the queue in one pass: usually the oldest, in order (a message's
-// notifications are consecutive), and then it only cuts them off (a later copy of one queued
-// twice stays: its next attempt finds it delivered, and drops it).
-func (ob *outbox) remove(refs []noteRef) {
-	switch n := len(refs); {
-	case n == 0:
-		return
-	case n <= len(ob.queue) && slices.Equal(ob.queue[:n], refs):
-		clear(ob.queue[:n])
-		ob.queue = ob.queue[n:]
-	default:
-		drop := make(map[noteRef]struct{}, n)
-		for _, r := range refs {
-			drop[r] = struct{}{}
-		}
-		ob.queue = slices.DeleteFunc(ob.queue, func(r noteRef) bool {
-			_, ok := drop[r]
-			return ok
-		})
-	}
-	if len(ob.queue) == 0 {
-		ob.queue = nil // let a burst's backing array go
-	}
-}
-
 // attemptSafely makes one attempt, bounded by twice the request timeout (a lookup or two,
 // then the post). A panic (in the Client or the Store) is logged and counts as a failed
 // attempt, retried like any other.
@@ -476,7 +301,7 @@ func (m *Manager) attemptSafely(ctx context.Context, parent string, post []pendi
 }
 
 // attempt delivers the notifications post, in one message, unless an earlier attempt already
-// did: notifications posted before (they share their MessageID; dueGroupsLocked merges only
+// did: notifications posted before (they share their MessageID; notifier.groups merges only
 // such) are looked up by that id first. confirmed reports that the server has shown the
 // message (found, or answered with it); a prompt_async that was only acknowledged is not.
 // Under NotifyPerRun the notification is a prompt; otherwise the message is posted without
@@ -523,4 +348,83 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 		return err == nil, err
 	})
 	return confirmed, err
+}
+
+// postOnce posts a message to parent, as the Manager posts notifications and turn prompts:
+// with an id of its own choosing, newer than the parent's newest message, and recorded
+// (record) before it is posted (post), so that a lost answer or a host that stops does not
+// make it post twice; when record fails (the store could not keep the id), nothing is
+// posted. prev is the id an earlier attempt posted: found in the parent
+// (GET /session/{parent}/message/{prev}), it landed, and nothing is posted (confirmed). skip,
+// when not nil, is given the parent's newest message id and may end the attempt with nothing
+// posted (skipped). It returns the id posted, or prev.
+func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(newest string) bool,
+	record func(id string) error, post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
+	if prev != "" { // posted before: did it land?
+		_, err := m.client.Message(ctx, parent, prev)
+		if err == nil {
+			return prev, true, false, nil // it landed; the answer was lost
+		}
+		if !errors.Is(err, opencode.ErrNotFound) {
+			return "", false, false, fmt.Errorf("asyncagents: check message %s: %w", prev, err)
+		}
+		if _, err := m.client.GetSession(ctx, parent); err != nil {
+			return "", false, false, err // NotFound here: the parent is gone
+		}
+	}
+	after, err := m.newestBefore(ctx, parent)
+	if err != nil {
+		return "", false, false, err
+	}
+	if skip != nil && skip(after) {
+		return "", false, true, nil
+	}
+	id = opencode.NewMessageID(m.bg.now(), after)
+	m.notes.heads.raise(parent, id, 0)
+	if err := record(id); err != nil {
+		return "", false, false, err
+	}
+	confirmed, err = post(id)
+	return id, confirmed, false, err
+}
+
+// messagePoster is a Client that posts a message without decoding the answer
+// (opencode.HTTPClient.PostMessage).
+type messagePoster interface {
+	PostMessage(ctx context.Context, sessionID string, req opencode.PromptRequest) (string, error)
+}
+
+// postNoReply posts req to session without reply (POST /session/{id}/message with noReply)
+// and discards the answer, which echoes the message posted: with a client that can skip
+// decoding it (a messagePoster, as opencode.HTTPClient is) it does, otherwise it is Prompt.
+func (m *Manager) postNoReply(ctx context.Context, session string, req opencode.PromptRequest) error {
+	req.NoReply = true
+	if p, ok := m.client.(messagePoster); ok {
+		_, err := p.PostMessage(ctx, session, req)
+		return err
+	}
+	_, err := m.client.Prompt(ctx, session, req)
+	return err
+}
+
+// newestBefore returns the id a notification to parent must sort after: the parent's newest
+// message, known (see above) or read.
+func (m *Manager) newestBefore(ctx context.Context, parent string) (string, error) {
+	live, now := m.mirrors.live.Load(), m.bg.now()
+	if id, ok := m.notes.heads.known(parent, live, now); ok {
+		return id, nil
+	}
+	tracked := m.notes.heads.track(parent, live)
+	last, err := m.client.Messages(ctx, parent, 1)
+	if err != nil {
+		return "", err
+	}
+	after := ""
+	if len(last) > 0 {
+		after = last[0].Info.ID
+	}
+	if tracked {
+		m.notes.heads.read(parent, after, live, now)
+	}
+	return after, nil
 }

@@ -129,9 +129,9 @@
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput (also an unknown SinceMessageID, checked before
-//	                     it waits), ErrTaskNotFound (also for a task cleared, or handed
-//	                     over to another host, while waited on), ErrAmbiguousID, ErrClosed,
-//	                     ctx.Err()
+//	                     it waits), ErrTaskNotFound (also for a task cleared while waited
+//	                     on), ErrAmbiguousID, ErrLeaseLost (handed over to another host while
+//	                     waited on), ErrClosed, ctx.Err()
 //	Resume               ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrTaskBusy,
 //	                     ErrSessionExpired, ErrTaskLimit, ErrBudget, ErrLeaseLost, ErrClosed;
 //	                     a follow-up the server refuses leaves the task in StatusError
@@ -178,15 +178,10 @@
 //
 // # Goroutines and panics
 //
-// A Manager is safe for concurrent use. It owns a bounded number of goroutines, whatever the
-// number of tasks: 4 + n always (the event stream, the goroutine applying its events, the
-// status poll, the notifier, and n reconcilers, [WithReconcilers]); during a burst of run ends
-// up to 64 reconcilers in all, with up to 16 more recording the ends of the runs they decide
-// together, and 32 notification workers, one parent session each, each with up to 7 more
-// goroutines posting that parent's merged notifications; right
-// after [New], one that starts the stored queued tasks and one that sends the stored
-// follow-ups; with [WithPermissionPolicy], one per permission request being answered.
-// [Manager.Close] stops them all and waits.
+// A Manager is safe for concurrent use. It owns its goroutines, and [Manager.Close] stops
+// them all and waits; the list of them is [Manager]'s documentation. Their number does not
+// grow with the number of tasks, but for two short-lived kinds: a hand-over of a task to
+// another host, and an answer to a permission request by [WithPermissionPolicy].
 //
 // A panic in one of them — in the [opencode.Client], the [Store], a [PermissionPolicy] or the
 // Manager itself — never reaches the host. Work for one task records it on that task: a read

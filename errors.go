@@ -9,7 +9,9 @@ import (
 
 // Errors of [Manager] operations and of the tools' handlers. Each is wrapped with the details
 // (the task id, the state, the known agents, …); match with [errors.Is]. An operation that
-// returns one of them has changed no task.
+// returns one of them has changed no task, except where its doc says otherwise (a Launch or a
+// Resume whose prompt the server refuses leaves the task in StatusError and returns it with
+// the error).
 var (
 	// ErrTaskNotFound: no task of the caller has that id, or it was cleared.
 	ErrTaskNotFound = errors.New("asyncagents: task not found")

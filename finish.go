@@ -1,43 +1,10 @@
 package asyncagents
 
 import (
-	"time"
+	"strconv"
 
-	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/hints"
 )
-
-// busyLocked records that the run's session is busy: the poll rechecks it as soon as it
-// is idle again.
-func (m *Manager) busyLocked(e *entry) {
-	e.seenBusy = true
-	e.recheckAt, e.recheckDelay = time.Time{}, 0
-}
-
-// progressLocked counts a tool part the first time it is seen.
-func (m *Manager) progressLocked(e *entry, part *opencode.Part) {
-	if part.MessageID != "" && part.MessageID <= e.baseline {
-		return // a message from before the run: a native fork's copies, say
-	}
-	for _, id := range e.recent {
-		if id == part.ID {
-			return
-		}
-	}
-	e.recent[e.next] = part.ID
-	e.next = (e.next + 1) % len(e.recent)
-	pr := &e.task.Progress
-	pr.ToolCalls++
-	if pr.Tools == nil {
-		pr.Tools = map[string]int{}
-	}
-	pr.Tools[part.Tool]++
-	pr.LastTools = append(pr.LastTools, part.Tool)
-	if n := len(pr.LastTools); n > 3 {
-		pr.LastTools = append(pr.LastTools[:0], pr.LastTools[n-3:]...)
-	}
-	pr.Updated = m.now()
-	m.changedLocked(e)
-}
 
 // finish moves an active task of run rc to a terminal state once, persists it and queues
 // the parent notification, and reports whether it did: it does nothing when the run is no
@@ -64,34 +31,34 @@ type finished struct {
 // finishLocked moves e to its terminal state as finish does, without the lock's release and
 // what comes after it (afterFinish).
 func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg string) (finished, bool) {
-	if m.tasks[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
+	if m.tasks.byID[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
 		return finished{}, false
 	}
-	if e.aborting != nil {
-		st, result, errMsg = e.aborting.status, "", e.aborting.msg
-		e.aborting = nil
+	if e.run.aborting != nil {
+		st, result, errMsg = e.run.aborting.status, "", e.run.aborting.msg
+		e.run.aborting = nil
 	}
-	e.task.Status, e.task.Completed = st, m.now()
+	e.task.Status, e.task.Completed = st, m.bg.now()
 	e.task.Result, e.task.Error = result, errMsg
-	m.dropMirrorLocked(e)
+	m.mirrors.drop(e)
 	e.task.Permission = nil
 	if st == StatusCancelled {
 		e.task.FollowUps = nil // a cancel stops what was queued too
 	}
 	followUp := len(e.task.FollowUps) > 0
 	m.changedLocked(e)
-	if b := m.batches[e.task.BatchID]; b != nil {
+	if b := m.tasks.batches[e.task.BatchID]; b != nil {
 		b.active--
-		m.closeBatchLocked(e.task.ParentSessionID, e.task.BatchID, b)
+		m.tasks.closeBatch(e.task.ParentSessionID, e.task.BatchID, b)
 	}
-	m.unreserveLocked(e.task.ParentSessionID)
+	m.slots.unreserve(e.task.ParentSessionID)
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}
-	m.waveOverLocked(e.task.ParentSessionID)
+	m.notes.waveOver(e.task.ParentSessionID)
 	m.endWaitsLocked(e)
 	close(e.done)
-	return finished{e: e, start: m.releaseLocked(e), followUp: followUp}, true
+	return finished{e: e, start: m.startedLocked(m.slots.free(e)), followUp: followUp}, true
 }
 
 // afterFinish persists a task finishLocked ended, starts the queued tasks that got its slot
@@ -102,4 +69,61 @@ func (m *Manager) afterFinish(f finished) {
 	if f.followUp {
 		m.sendFollowUp(f.e)
 	}
+}
+
+// notifyLocked records the notification of e's run end and queues it. m.mu is held.
+func (m *Manager) notifyLocked(e *entry) {
+	t := &e.task
+	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.bg.now()), DisplayID: m.tasks.reg.DisplayID(t.ID),
+		Resume: t.ResumeCount, Usage: t.usageText()}
+	switch t.Status {
+	case StatusCompleted:
+		n.Outcome = hints.Completed
+	case StatusError:
+		n.Outcome, n.Error = hints.Failed, t.Error
+	default:
+		n.Outcome = hints.Cancelled
+	}
+	if b := m.tasks.batches[t.BatchID]; b != nil {
+		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
+	}
+	m.queueNoteLocked(e, Notification{
+		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
+		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
+	})
+}
+
+// queueNoteLocked adds a pending notification to e's record and queues it for e's parent.
+func (m *Manager) queueNoteLocked(e *entry, note Notification) {
+	t := &e.task
+	note.State, note.Created = NotificationPending, m.bg.now()
+	// Keep the undelivered ones, those whose turn is owed, and the last delivered one.
+	kept := t.Notifications[:0]
+	for i, o := range t.Notifications {
+		if o.State != NotificationDelivered || o.Turn == TurnOwed || i == len(t.Notifications)-1 {
+			kept = append(kept, o)
+		}
+	}
+	t.Notifications = append(kept, note)
+	m.changedLocked(e)
+	ob := m.notes.queue(t.ParentSessionID, noteRef{e: e, key: note.Key})
+	ob.lastEnd = note.Created
+}
+
+// endWaitsLocked serves the Outputs blocked on e's run, which has just ended, so that they
+// need not take m.mu again when they wake (with thousands of them, every one would queue for
+// it): it marks a completed result retrieved, as each of them would, and leaves them the task
+// as it is now.
+func (m *Manager) endWaitsLocked(e *entry) {
+	if e.waits.n == 0 {
+		return
+	}
+	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
+		e.task.Retrieved = m.bg.now()
+		m.changedLocked(e)
+	}
+	v := &endView{done: e.done, task: m.viewLocked(e)}
+	v.left.Store(int64(e.waits.n))
+	e.waits.ended.Store(v)
+	e.waits.n = 0
 }

@@ -78,7 +78,7 @@ func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string) (*o
 			cut = newest[0].Info.ID
 		}
 	}
-	m.awaitStream(ctx)
+	m.mirrors.awaitStream(ctx, m.bg.quickTimeout(), m.bg.stopc)
 	sess, err := m.client.ForkSession(ctx, in.Caller.SessionID, opencode.ForkSessionRequest{MessageID: cut, Directory: dir})
 	if err != nil {
 		return nil, "", fmt.Errorf("asyncagents: fork the caller session: %w", err)

@@ -1,7 +1,6 @@
 package asyncagents
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,23 +109,13 @@ func (h *heads) forget(parent string) {
 	h.n.Store(int64(len(h.by)))
 }
 
-// waveOverLocked stops following parent's newest message id when the wave is over: the
-// parent has no active task (no run end to come) and no notification to deliver.
-func (m *Manager) waveOverLocked(parent string) {
-	if _, open := m.open[parent]; !open && m.notes.outboxes[parent] == nil {
-		m.notes.heads.forget(parent)
-	}
-}
-
-// headEvent takes a message.updated event of connection epoch: a followed parent's message
-// raises its head. Only the events of followed parents are read further than their session
-// id.
-func (m *Manager) headEvent(ev opencode.Event, epoch uint64) {
+// event takes a message.updated event of connection epoch: a followed parent's message raises
+// its head. Only the events of followed parents are read further than their session id.
+func (h *heads) event(ev opencode.Event, epoch uint64) {
 	sid := eventSession(ev)
 	if sid == nil {
 		return
 	}
-	h := &m.notes.heads
 	h.mu.Lock()
 	_, ok := h.by[string(sid)]
 	h.mu.Unlock()
@@ -136,26 +125,4 @@ func (m *Manager) headEvent(ev opencode.Event, epoch uint64) {
 	if id := messageID(ev); id != "" {
 		h.raise(string(sid), id, epoch)
 	}
-}
-
-// newestBefore returns the id a notification to parent must sort after: the parent's newest
-// message, known (see above) or read.
-func (m *Manager) newestBefore(ctx context.Context, parent string) (string, error) {
-	live, now := m.mirrors.live.Load(), m.now()
-	if id, ok := m.notes.heads.known(parent, live, now); ok {
-		return id, nil
-	}
-	tracked := m.notes.heads.track(parent, live)
-	last, err := m.client.Messages(ctx, parent, 1)
-	if err != nil {
-		return "", err
-	}
-	after := ""
-	if len(last) > 0 {
-		after = last[0].Info.ID
-	}
-	if tracked {
-		m.notes.heads.read(parent, after, live, now)
-	}
-	return after, nil
 }

@@ -10,9 +10,9 @@ import (
 // maxCandidates is how many matching ids an ErrAmbiguousID message names.
 const maxCandidates = 5
 
-// lookupLocked finds the caller's task id: the full id, the id without "ses_", or a unique
-// prefix of at least manager.MinPrefix characters after it. m.mu must be held.
-func (m *Manager) lookupLocked(caller Caller, id string) (*entry, error) {
+// lookup finds the caller's task id: the full id, the id without "ses_", or a unique prefix
+// of at least manager.MinPrefix characters after it.
+func (s *taskSet) lookup(caller Caller, id string) (*entry, error) {
 	if err := checkCaller(caller); err != nil {
 		return nil, err
 	}
@@ -20,12 +20,12 @@ func (m *Manager) lookupLocked(caller Caller, id string) (*entry, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: task id is required", ErrInvalidInput)
 	}
-	if m.closed {
+	if s.closed {
 		return nil, ErrClosed
 	}
-	ids := m.reg.Resolve(caller.SessionID, id, maxCandidates+1)
+	ids := s.reg.Resolve(caller.SessionID, id, maxCandidates+1)
 	if len(ids) == 1 {
-		return m.tasks[ids[0]], nil
+		return s.byID[ids[0]], nil
 	}
 	switch {
 	case len(ids) > 1:

@@ -24,9 +24,10 @@ type LaunchInput struct {
 	Prompt string
 	// Agent names an agent of the server (GET /agent), e.g. "general"; required.
 	Agent string
-	// Fork gives the task the caller session's context: its messages, sliced at the latest
-	// compaction, with old tool results cut and the whole within a character budget (see
-	// package fork), sent before the prompt.
+	// Fork gives the task the caller session's context, in the way ForkMode says: a digest
+	// of its messages (sliced at the latest compaction, old tool results cut, the whole within
+	// a character budget; see package fork) sent before the prompt, or OpenCode's own copy of
+	// the caller session, which keeps the prompt cache.
 	Fork bool
 	// ForkMode is how a forked task gets the context: [ForkDigest] or [ForkNative]; "" uses
 	// the Manager's ([WithForkMode]). Ignored without Fork.
@@ -117,7 +118,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	m.mu.Lock()
 	err = m.overBudgetLocked(in.Caller.SessionID)
 	if err == nil {
-		err = m.reserveLocked(in.Caller.SessionID)
+		err = m.slots.reserve(in.Caller.SessionID)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -127,7 +128,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	defer func() {
 		if e == nil { // the launch failed before its task counted
 			m.mu.Lock()
-			m.unreserveLocked(in.Caller.SessionID)
+			m.slots.unreserve(in.Caller.SessionID)
 			m.mu.Unlock()
 		}
 	}()
@@ -149,14 +150,14 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, err
 	}
 	if plan.injection != "" {
-		if err := m.injectContext(ctx, sess.ID, e.baseline, in.Agent, plan.injection); err != nil {
+		if err := m.injectContext(ctx, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
 			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
 		}
 		start = m.takeSlot(e) // the context is there: the run may take its slot now
 	}
 	if !start {
-		if m.slotStore() != nil { // the store may grant it a slot at once
-			m.grantSlots(ctx)
+		if m.slots.shared != nil { // the store may grant it a slot at once
+			m.startQueued(m.slots.grant(ctx, &m.mu, m.cfg.logger, m.startedLocked))
 		}
 		return m.snapshot(e), nil // queued: it starts when a slot frees (or was cancelled meanwhile)
 	}
@@ -212,7 +213,7 @@ func (m *Manager) planLaunch(ctx context.Context, in LaunchInput) (launchPlan, e
 	if err != nil {
 		return launchPlan{}, callerErr(in.Caller.SessionID, err)
 	}
-	if err := m.checkAgent(ctx, parent.Directory, in.Agent); err != nil {
+	if err := m.agents.check(ctx, m.client, m.bg.clock, parent.Directory, in.Agent); err != nil {
 		return launchPlan{}, err
 	}
 	plan := launchPlan{parent: parent}
@@ -235,7 +236,7 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 	if in.Fork {
 		title = "Background (forked): " + in.Description
 	}
-	m.awaitStream(ctx)
+	m.mirrors.awaitStream(ctx, m.bg.quickTimeout(), m.bg.stopc)
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
 		Directory: dir, ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
 	})
@@ -253,41 +254,42 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan, depth int) (e *entry, start bool, err error) {
 	status := StatusRunning
 	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
-		status = StatusQueued // until slotLocked says it may start
+		status = StatusQueued // until slots.take says it may start
 	}
 	e = &entry{done: make(chan struct{}), task: Task{
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
-		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.serverName(), Description: in.Description,
+		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.hosts.server(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
-		Started: m.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: depth,
+		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: depth,
 		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
 	}}
 	m.mu.Lock()
-	if !m.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
+	if !m.tasks.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
 		m.mu.Unlock()
 		return nil, false, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
 	}
 	e.task.BatchID = sess.ID
-	if open, ok := m.open[in.Caller.SessionID]; ok {
+	if open, ok := m.tasks.open[in.Caller.SessionID]; ok {
 		e.task.BatchID = open // joins the batch of the parent's active tasks
 	}
-	m.open[in.Caller.SessionID] = e.task.BatchID
+	m.tasks.open[in.Caller.SessionID] = e.task.BatchID
+	baseline := ""
 	switch {
 	case plan.injection != "":
-		e.baseline = opencode.NewMessageID(m.now(), "") // the context's message
+		baseline = opencode.NewMessageID(m.bg.now(), "") // the context's message
 	case plan.mode == ForkNative:
-		e.baseline = plan.baseline // the caller's messages, copied
+		baseline = plan.baseline // the caller's messages, copied
 	}
-	m.newPromptIDLocked(e, e.baseline)
-	b := m.batchLocked(e.task.BatchID)
+	e.startRun(m.bg.now(), baseline)
+	b := m.tasks.batch(e.task.BatchID)
 	b.total++
 	b.active++
-	m.tasks[sess.ID] = e
+	m.tasks.byID[sess.ID] = e
 	start = status == StatusRunning
-	if !start && plan.injection == "" && m.slotLocked(e) { // else it waits in the queue
+	if !start && plan.injection == "" && m.slots.take(e) { // else it waits in the queue
 		e.task.Status, start = StatusRunning, true
 	}
-	m.startMirrorLocked(e)
+	m.mirrors.start(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
@@ -304,11 +306,11 @@ func (m *Manager) takeSlot(e *entry) bool {
 	case e.task.Status == StatusRunning:
 		m.mu.Unlock()
 		return true
-	case e.task.Status != StatusQueued || !m.slotLocked(e):
+	case e.task.Status != StatusQueued || !m.slots.take(e):
 		m.mu.Unlock()
 		return false
 	}
-	e.task.Status, e.task.Started = StatusRunning, m.now()
+	e.task.Status, e.task.Started = StatusRunning, m.bg.now()
 	m.changedLocked(e)
 	m.mu.Unlock()
 	m.persist(e)
@@ -333,7 +335,7 @@ func (m *Manager) depth(caller string) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := 1
-	if p := m.tasks[caller]; p != nil {
+	if p := m.tasks.byID[caller]; p != nil {
 		d = max(p.task.Depth, 1) + 1
 	}
 	if d > m.cfg.nestingDepth {

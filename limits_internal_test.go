@@ -2,9 +2,9 @@ package asyncagents
 
 import "testing"
 
-// T-21: a model limit wins over a provider limit, which wins over the default; a task
+// T-21 (model beats provider beats default): a model limit wins over a provider limit, which wins over the default; a task
 // without a model counts against the default.
-func TestLimitKeysT21(t *testing.T) {
+func TestLimitKeyPrecedence(t *testing.T) {
 	l := Limits{Default: 1, Providers: map[string]int{"p": 2}, Models: map[string]int{"p/m": 3}}
 	for model, want := range map[string]struct {
 		key   string

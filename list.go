@@ -19,45 +19,18 @@ func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 		return nil, err
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.tasks.closed {
 		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	var out []Task
-	for _, id := range slices.Backward(m.reg.Tasks(caller.SessionID)) {
-		if e := m.tasks[id]; status == "" || e.task.Status == status {
+	for _, id := range slices.Backward(m.tasks.reg.Tasks(caller.SessionID)) {
+		if e := m.tasks.byID[id]; status == "" || e.task.Status == status {
 			out = append(out, m.viewLocked(e))
 		}
 	}
 	m.mu.Unlock()
-	return withRemote(out, m.remoteTasks(caller.SessionID), status), nil
-}
-
-// remoteTasks returns the stored tasks of parent ("" for all) that other hosts hold, read
-// from a HandoffStore (nil without one, or when the read fails: it is logged), with their
-// DisplayID set to their id.
-func (m *Manager) remoteTasks(parent string) []Task {
-	hs := m.handoffStore()
-	if hs == nil {
-		return nil
-	}
-	ctx, cancel := m.quickCtx()
-	defer cancel()
-	stored, err := hs.Tasks(ctx, parent)
-	if err != nil {
-		m.cfg.logger.Warn("asyncagents: read other hosts' tasks", "err", err)
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []Task
-	for _, t := range stored {
-		if m.tasks[t.ID] == nil {
-			t.DisplayID = t.ID
-			out = append(out, t)
-		}
-	}
-	return out
+	return withRemote(out, m.hosts.remote(caller.SessionID), status), nil
 }
 
 // withRemote adds the remote tasks in status ("" for all) to local and sorts them newest
@@ -84,19 +57,19 @@ func (m *Manager) ListAll(status Status) ([]Task, error) {
 		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.tasks.closed {
 		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	out := m.allLocked(status)
 	m.mu.Unlock()
-	return withRemote(out, m.remoteTasks(""), status), nil
+	return withRemote(out, m.hosts.remote(""), status), nil
 }
 
 // allLocked returns the tasks in status ("" for all), newest first.
 func (m *Manager) allLocked(status Status) []Task {
-	out := make([]Task, 0, len(m.tasks))
-	for _, e := range m.tasks {
+	out := make([]Task, 0, len(m.tasks.byID))
+	for _, e := range m.tasks.byID {
 		if status == "" || e.task.Status == status {
 			out = append(out, m.viewLocked(e))
 		}

@@ -61,28 +61,28 @@ type mirrors struct {
 }
 
 // firstTryOver closes tried, once.
-func (m *Manager) firstTryOver() { m.mirrors.triedOnce.Do(func() { close(m.mirrors.tried) }) }
+func (ms *mirrors) firstTryOver() { ms.triedOnce.Do(func() { close(ms.tried) }) }
 
-// awaitStream waits until the event stream's first connection attempt is over, at most the
-// quick request timeout (which also bounds the attempt's handshake), until ctx is done or until
-// the Manager closes. A launch waits for it before it creates the task's session: a task
+// awaitStream waits until the event stream's first connection attempt is over, at most
+// timeout (the quick request timeout, which also bounds the attempt's handshake), until ctx is
+// done or until stop is closed (the Manager closes). A launch waits for it before it creates the task's session: a task
 // launched right after New then has its session created while the stream is open, and the
 // stream usually delivers its session.created, which binds its run to the stream (OpenCode
 // may subscribe a moment after it answers: a session created then is not delivered, and its
 // run is read). Later launches do not wait.
-func (m *Manager) awaitStream(ctx context.Context) {
+func (ms *mirrors) awaitStream(ctx context.Context, timeout time.Duration, stop <-chan struct{}) {
 	select {
-	case <-m.mirrors.tried:
+	case <-ms.tried:
 		return
 	default:
 	}
-	t := time.NewTimer(m.quickTimeout())
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case <-m.mirrors.tried:
+	case <-ms.tried:
 	case <-t.C:
 	case <-ctx.Done():
-	case <-m.stop:
+	case <-stop:
 	}
 }
 
@@ -239,40 +239,40 @@ func superseded(frames []logFrame) []bool {
 	return later
 }
 
-// mirrorOf returns the log of the current run of the task session sid, or nil. It does not
+// of returns the log of the current run of the task session sid, or nil. It does not
 // allocate.
-func (m *Manager) mirrorOf(sid []byte) *runLog {
+func (ms *mirrors) of(sid []byte) *runLog {
 	if len(sid) == 0 {
 		return nil
 	}
-	m.mirrors.mu.RLock()
-	defer m.mirrors.mu.RUnlock()
-	return m.mirrors.logs[string(sid)]
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.logs[string(sid)]
 }
 
-// startMirrorLocked gives e's run, whose prompt is about to be sent, a new log, bound to the
-// connection delivering events, if any. The log is in the map before live is read: when the
+// start gives e's run, whose prompt is about to be sent, a new log, bound to the connection
+// delivering events, if any (under Manager.mu). The log is in the map before live is read: when the
 // reader, which stores live before it looks a session's log up, missed the log, it stored
 // live before this reads it.
-func (m *Manager) startMirrorLocked(e *entry) {
-	m.dropMirrorLocked(e)
-	e.mirror = &runLog{baseline: e.baseline}
-	m.mirrors.mu.Lock()
-	m.mirrors.logs[e.task.ID] = e.mirror
-	m.mirrors.mu.Unlock()
-	e.mirror.bind(m.mirrors.live.Load())
+func (ms *mirrors) start(e *entry) {
+	ms.drop(e)
+	e.run.mirror = &runLog{baseline: e.run.baseline}
+	ms.mu.Lock()
+	ms.logs[e.task.ID] = e.run.mirror
+	ms.mu.Unlock()
+	e.run.mirror.bind(ms.live.Load())
 }
 
-// dropMirrorLocked forgets the log of e's run, which has ended.
-func (m *Manager) dropMirrorLocked(e *entry) {
-	if e.mirror != nil {
-		m.mirrors.mu.Lock()
-		if m.mirrors.logs[e.task.ID] == e.mirror {
-			delete(m.mirrors.logs, e.task.ID)
+// drop forgets the log of e's run, which has ended (under Manager.mu).
+func (ms *mirrors) drop(e *entry) {
+	if e.run.mirror != nil {
+		ms.mu.Lock()
+		if ms.logs[e.task.ID] == e.run.mirror {
+			delete(ms.logs, e.task.ID)
 		}
-		m.mirrors.mu.Unlock()
+		ms.mu.Unlock()
 	}
-	e.mirror, e.streamed = nil, nil
+	e.run.mirror, e.run.streamed = nil, nil
 }
 
 // messageEvent is what a mirror reads of a message.updated event: what Decide reads of the

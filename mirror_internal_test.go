@@ -71,9 +71,9 @@ func twoSteps() []opencode.Event {
 	}
 }
 
-// T-6: a mirror that saw a whole run on one live connection gives Decide what a read would:
+// T-6 (a reconcile decides a run from its latest messages): a mirror that saw a whole run on one live connection gives Decide what a read would:
 // the same verdict and result.
-func TestMirrorDecidesAsReadT6(t *testing.T) {
+func TestMirrorDecidesAsARead(t *testing.T) {
 	r := &runMirror{}
 	evs := twoSteps()
 	for i, ev := range evs {
@@ -132,7 +132,7 @@ func TestMirrorDecidesAsReadT6(t *testing.T) {
 }
 
 // T-6: a mirror leaves to a read every run it did not see complete.
-func TestMirrorLeavesToReadT6(t *testing.T) {
+func TestMirrorLeavesUnfinishedRunsToARead(t *testing.T) {
 	run := twoSteps()
 	without := func(i int) []opencode.Event { return append(append([]opencode.Event{}, run[:i]...), run[i+1:]...) }
 	for name, evs := range map[string][]opencode.Event{
@@ -185,7 +185,7 @@ func TestMirrorLeavesToReadT6(t *testing.T) {
 // T-6: replay decodes only the last frame of each message and part, and decides as applying
 // every frame does: on the whole two-step run, on each of its prefixes, and with any one
 // frame missing.
-func TestReplayDecodesLastFramesT6(t *testing.T) {
+func TestReplayDecodesOnlyLastFrames(t *testing.T) {
 	run := twoSteps()
 	var runs [][]opencode.Event
 	for i := range run {

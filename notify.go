@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/asyncagents/asyncagents/hints"
 )
 
 // NotificationState is where a parent notification stands.
@@ -116,81 +114,6 @@ func (p *NotifyPolicy) UnmarshalText(b []byte) error {
 		}
 	}
 	return fmt.Errorf("%w: notification policy %s: want wave, run or none", ErrInvalidInput, echo(string(b)))
-}
-
-type noteRef struct{ task, key string }
-
-// notifyLocked records the notification of e's run end and queues it. m.mu is held.
-func (m *Manager) notifyLocked(e *entry) {
-	t := &e.task
-	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.now()), DisplayID: m.reg.DisplayID(t.ID),
-		Resume: t.ResumeCount, Usage: t.usageText()}
-	switch t.Status {
-	case StatusCompleted:
-		n.Outcome = hints.Completed
-	case StatusError:
-		n.Outcome, n.Error = hints.Failed, t.Error
-	default:
-		n.Outcome = hints.Cancelled
-	}
-	if b := m.batches[t.BatchID]; b != nil {
-		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
-	}
-	m.queueNoteLocked(e, Notification{
-		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
-		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
-	})
-}
-
-// queueNoteLocked adds a pending notification to e's record and queues it for e's parent.
-func (m *Manager) queueNoteLocked(e *entry, note Notification) {
-	t := &e.task
-	note.State, note.Created = NotificationPending, m.now()
-	// Keep the undelivered ones, those whose turn is owed, and the last delivered one.
-	kept := t.Notifications[:0]
-	for i, o := range t.Notifications {
-		if o.State != NotificationDelivered || o.Turn == TurnOwed || i == len(t.Notifications)-1 {
-			kept = append(kept, o)
-		}
-	}
-	t.Notifications = append(kept, note)
-	m.changedLocked(e)
-	ob := m.queueLocked(t.ParentSessionID, noteRef{task: t.ID, key: note.Key})
-	ob.lastEnd = note.Created
-}
-
-// queueLocked queues ref for delivery to parent and returns parent's outbox.
-func (m *Manager) queueLocked(parent string, ref noteRef) *outbox {
-	ob := m.outboxLocked(parent)
-	ob.queue = append(ob.queue, ref)
-	if ob.next.IsZero() {
-		m.readyLocked(parent, ob)
-	}
-	return ob
-}
-
-// outboxLocked returns parent's outbox, created empty when it has none.
-func (m *Manager) outboxLocked(parent string) *outbox {
-	ob := m.notes.outboxes[parent]
-	if ob == nil {
-		ob = &outbox{}
-		m.notes.outboxes[parent] = ob
-	}
-	return ob
-}
-
-// readyLocked queues parent for a worker unless a worker has it or it waits already, and
-// wakes the notifier.
-func (m *Manager) readyLocked(parent string, ob *outbox) {
-	if ob.inFlight || ob.ready {
-		return
-	}
-	ob.ready = true
-	m.notes.ready = append(m.notes.ready, parent)
-	select {
-	case m.notes.wake <- struct{}{}:
-	default:
-	}
 }
 
 // noteLocked returns the notification key of e, or nil.

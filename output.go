@@ -53,15 +53,18 @@ type Output struct {
 	MoreMessages bool
 }
 
-// Output returns the caller's task id: the full id, the id without "ses_", or a unique
-// prefix of at least 4 characters after "ses_". A completed result is marked retrieved
+// Output returns the caller's task named by id (the full id, the id without "ses_", or a
+// unique prefix of at least 4 characters after "ses_"), with its result, error or progress.
+// A completed result is marked retrieved
 // (Task.Retrieved). It reads no messages from the server, except with FullSession: then it
 // reads the session's messages newest first in pages (GET /session/{id}/message?limit&before),
 // only as far back as needed.
 //
 // With Block it first waits until the task ends, the timeout passes (not an error: TimedOut
 // is set), ctx ends (returning ctx.Err(); nothing changes) or the Manager closes
-// ([ErrClosed]). A task cleared while waited on gives [ErrTaskNotFound]. Other errors:
+// ([ErrClosed]). A task cleared while waited on gives [ErrTaskNotFound]; one handed over to
+// another host meanwhile (a shared [HandoffStore]), [ErrLeaseLost]: ask again, and it is taken
+// over from there. Other errors:
 // [ErrInvalidInput] (an empty id or caller, a negative timeout, a message limit out of range,
 // an unknown SinceMessageID: it is looked up first, GET /session/{id}/message/{messageID}),
 // [ErrTaskNotFound], [ErrAmbiguousID], or the server's error reading the messages. The result
@@ -71,11 +74,8 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	if err != nil {
 		return Output{}, err
 	}
-	m.pull(ctx, caller, id)
-	m.mu.Lock()
-	e, err := m.lookupLocked(caller, id)
+	e, err := m.lockTask(ctx, caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Output{}, err
 	}
 	tid := e.task.ID
@@ -89,7 +89,7 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	done := e.done
 	wait := opts.Block && !isClosed(done)
 	if wait {
-		e.waiters++
+		e.waits.n++
 	}
 	m.mu.Unlock()
 
@@ -107,6 +107,9 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	m.mu.Lock()
 	if e.removed {
 		m.mu.Unlock()
+		if e.hold.lost {
+			return Output{}, fmt.Errorf("%w: %s moved to another host while it was waited on; ask again", ErrLeaseLost, e.task.ID)
+		}
 		return Output{}, fmt.Errorf("%w: %s was cleared", ErrTaskNotFound, e.task.ID)
 	}
 	out := Output{Task: m.viewLocked(e), TimedOut: timedOut && !e.task.Status.Terminal()}
@@ -136,18 +139,18 @@ func (opts *OutputOptions) check() (time.Duration, error) {
 func (m *Manager) waitEnd(ctx context.Context, e *entry, done chan struct{}, timeout time.Duration) (t Task, ended, timedOut bool, err error) {
 	select {
 	case <-done:
-	case <-m.cfg.clock.After(timeout):
+	case <-m.bg.clock.After(timeout):
 		timedOut = true
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-m.stop:
+	case <-m.bg.stopc:
 		err = ErrClosed
 	}
 	counted := true // in e.waiters when the run ended
 	if !isClosed(done) {
 		m.mu.Lock()
 		if !isClosed(done) {
-			e.waiters--
+			e.waits.n--
 			counted = false
 		}
 		m.mu.Unlock()
@@ -171,7 +174,7 @@ func (m *Manager) markRetrieved(e *entry, t *Task) {
 	}
 	save := e.task.Retrieved.IsZero()
 	if save {
-		e.task.Retrieved = m.now()
+		e.task.Retrieved = m.bg.now()
 		m.changedLocked(e)
 	}
 	t.Retrieved = e.task.Retrieved
@@ -212,33 +215,15 @@ func takeEnd(e *entry, done chan struct{}, counted bool) (Task, bool) {
 	if !counted {
 		return Task{}, false
 	}
-	v := e.ended.Load()
+	v := e.waits.ended.Load()
 	if v == nil || v.done != done {
 		return Task{}, false
 	}
 	t := v.task.clone()
 	if v.left.Add(-1) == 0 {
-		e.ended.CompareAndSwap(v, nil)
+		e.waits.ended.CompareAndSwap(v, nil)
 	}
 	return t, true
-}
-
-// endWaitsLocked serves the Outputs blocked on e's run, which has just ended, so that they
-// need not take m.mu again when they wake (with thousands of them, every one would queue for
-// it): it marks a completed result retrieved, as each of them would, and leaves them the task
-// as it is now.
-func (m *Manager) endWaitsLocked(e *entry) {
-	if e.waiters == 0 {
-		return
-	}
-	if e.task.Status == StatusCompleted && e.task.Retrieved.IsZero() {
-		e.task.Retrieved = m.now()
-		m.changedLocked(e)
-	}
-	v := &endView{done: e.done, task: m.viewLocked(e)}
-	v.left.Store(int64(e.waiters))
-	e.ended.Store(v)
-	e.waiters = 0
 }
 
 // sessionMessages returns the last limit messages of session id, or, after since, the first

@@ -22,34 +22,34 @@ const quietPermissions = 5 * time.Second
 // permission.asked events would have been.
 func (m *Manager) catchUpPermissions(quietOnly bool) {
 	m.mu.Lock()
-	now := m.now()
+	now := m.bg.now()
 	dirs := map[string]bool{}
-	for _, e := range m.tasks {
+	for _, e := range m.tasks.byID {
 		if !e.task.Status.Active() || e.task.Permission != nil {
 			continue
 		}
 		last := e.task.Started
-		if e.active.After(last) {
-			last = e.active
+		if e.run.active.After(last) {
+			last = e.run.active
 		}
-		if !quietOnly || e.seenBusy && now.Sub(last) >= quietPermissions {
+		if !quietOnly || e.run.seenBusy && now.Sub(last) >= quietPermissions {
 			dirs[e.task.Directory] = true
 		}
 	}
 	m.mu.Unlock()
 	for dir := range dirs {
-		ctx, cancel := m.quickCtx()
+		ctx, cancel := m.bg.quickCtx()
 		reqs, err := m.client.Permissions(ctx, dir)
 		cancel()
 		if err != nil {
-			if m.ctx.Err() == nil {
+			if m.bg.ctx.Err() == nil {
 				m.cfg.logger.Warn("asyncagents: list permission requests", "directory", dir, "err", err)
 			}
 			continue
 		}
 		m.mu.Lock()
 		for _, r := range reqs {
-			if e := m.tasks[r.SessionID]; e != nil && e.task.Status.Active() {
+			if e := m.tasks.byID[r.SessionID]; e != nil && e.task.Status.Active() {
 				m.permissionAskedLocked(e, PendingPermission{ID: r.ID, Permission: r.Permission, Patterns: r.Patterns})
 			}
 		}
@@ -94,8 +94,8 @@ func (m *Manager) permissionAskedLocked(e *entry, req PendingPermission) {
 	m.changedLocked(e)
 	if m.cfg.permissions != nil {
 		snap, rc := e.task.clone(), e.task.ResumeCount
-		// m.wg is above zero here: the event loop that calls this is counted in it.
-		m.spawn("answering a permission request", func() { m.answerPermission(e, rc, snap, req) })
+		// m.bg.wg is above zero here: the event loop that calls this is counted in it.
+		m.bg.spawn("answering a permission request", func() { m.answerPermission(e, rc, snap, req) })
 		return
 	}
 	m.waitingLocked(e, req)
@@ -107,9 +107,9 @@ func (m *Manager) waitingLocked(e *entry, req PendingPermission) {
 		return
 	}
 	t := &e.task
-	n := hints.Notice{Outcome: hints.Waiting, Description: t.Description, Duration: t.Duration(m.now()),
-		DisplayID: m.reg.DisplayID(t.ID), Permission: req.String()}
-	if b := m.batches[t.BatchID]; b != nil {
+	n := hints.Notice{Outcome: hints.Waiting, Description: t.Description, Duration: t.Duration(m.bg.now()),
+		DisplayID: m.tasks.reg.DisplayID(t.ID), Permission: req.String()}
+	if b := m.tasks.batches[t.BatchID]; b != nil {
 		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
 	}
 	m.queueNoteLocked(e, Notification{
@@ -144,7 +144,7 @@ func (m *Manager) answerPermission(e *entry, rc int, t Task, req PendingPermissi
 		m.persist(e)
 		return
 	}
-	ctx, cancel := m.requestCtx()
+	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
 	err := m.client.ReplyPermission(ctx, t.Directory, req.ID, opencode.PermissionReply{Reply: string(reply)})
 	if err != nil {

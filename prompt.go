@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -42,11 +41,50 @@ const (
 // maxPromptSends sends.
 var promptNotTaken = fmt.Sprintf("the OpenCode server did not take the prompt (sent %d times); resume the task to try again", maxPromptSends)
 
-// newPromptIDLocked chooses the message id of e's next prompt: newer than after, the id of
-// the session's newest message ("" for none), so that OpenCode answers it.
-func (m *Manager) newPromptIDLocked(e *entry, after string) {
-	e.task.PromptID = opencode.NewMessageID(m.now(), after)
-	e.sending, e.sentAt, e.sends = false, time.Time{}, 0
+// startedLocked marks the queued tasks that got a slot running from now, and returns them;
+// the caller sends their prompts with startQueued once m.mu is released.
+func (m *Manager) startedLocked(start []*entry) []*entry {
+	for _, e := range start {
+		e.task.Status, e.task.Started = StatusRunning, m.bg.now()
+		m.changedLocked(e)
+	}
+	return start
+}
+
+// startQueued sends the prompts of the queued tasks that got a slot (startedLocked). A Close
+// in the middle does not cut a prompt off (that would fail the task, and free its slot for the
+// next one only to fail that too): each is bounded by the request timeout alone.
+func (m *Manager) startQueued(start []*entry) {
+	for _, e := range start {
+		m.persist(e)
+		m.mu.Lock()
+		rc := e.task.ResumeCount
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.bg.ctx), m.cfg.requestTimeout)
+		err := m.sendPrompt(ctx, e, rc)
+		cancel()
+		if err != nil && !lostLease(err) { // a lost lease: its holder sends it
+			m.failLaunch(e, rc, fmt.Errorf("asyncagents: send prompt of a queued task: %w", err))
+		}
+	}
+}
+
+// grantLoop gives back released slots and starts granted tasks until the Manager closes
+// (with a SlotStore): when a slot is given back here, and every third of the lease, for the
+// slots other hosts gave back.
+func (m *Manager) grantLoop() {
+	every := m.slots.shared.LeaseDuration() / 3
+	for {
+		select {
+		case <-m.bg.stopc:
+			return
+		case <-m.slots.wake:
+		case <-m.bg.clock.After(every):
+		}
+		ctx, cancel := context.WithTimeout(m.bg.ctx, every)
+		m.startQueued(m.slots.grant(ctx, &m.mu, m.cfg.logger, m.startedLocked))
+		cancel()
+	}
 }
 
 // sendPrompt sends the prompt of run rc of e (POST /session/{id}/prompt_async) with its
@@ -57,15 +95,15 @@ func (m *Manager) newPromptIDLocked(e *entry, after string) {
 func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	m.mu.Lock()
 	t := &e.task
-	if m.tasks[t.ID] != e || t.ResumeCount != rc || !t.Status.Active() || e.sending {
+	if m.tasks.byID[t.ID] != e || t.ResumeCount != rc || !t.Status.Active() || e.run.sending {
 		m.mu.Unlock()
 		return nil
 	}
 	pid := t.PromptID // the run's prompt: a run after it counts its own sends
-	e.sending = true
-	e.sends++
-	if e.mirror != nil && e.sends == 1 { // a connection delivering events now delivers the run's
-		e.mirror.bind(m.mirrors.live.Load()) // (not at a later send: the first may still land)
+	e.run.sending = true
+	e.run.sends++
+	if e.run.mirror != nil && e.run.sends == 1 { // a connection delivering events now delivers the run's
+		e.run.mirror.bind(m.mirrors.live.Load()) // (not at a later send: the first may still land)
 	}
 	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
 		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}
@@ -82,10 +120,10 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 		if e.task.PromptID != pid {
 			return // a later run's prompt meanwhile, with its own send state
 		}
-		if e.sending = false; sent {
-			e.sentAt = m.now()
-		} else if e.sends > 0 {
-			e.sends-- // refused before it was sent: not one of the run's sends
+		if e.run.sending = false; sent {
+			e.run.sentAt = m.bg.now()
+		} else if e.run.sends > 0 {
+			e.run.sends-- // refused before it was sent: not one of the run's sends
 		}
 	}()
 	ctx, cancel, err := m.leaseCtx(ctx, id)
@@ -111,9 +149,9 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 func (m *Manager) unsent(e *entry, rc int) {
 	m.mu.Lock()
 	t := &e.task
-	pending := e.sending || !e.sentAt.IsZero() && m.now().Sub(e.sentAt) < m.lossGrace
-	exhausted := e.sends >= maxPromptSends
-	current := m.tasks[t.ID] == e && t.ResumeCount == rc && t.Status.Active()
+	pending := e.run.sending || !e.run.sentAt.IsZero() && m.bg.now().Sub(e.run.sentAt) < m.lossGrace
+	exhausted := e.run.sends >= maxPromptSends
+	current := m.tasks.byID[t.ID] == e && t.ResumeCount == rc && t.Status.Active()
 	m.mu.Unlock()
 	switch {
 	case !current || pending:
@@ -123,7 +161,7 @@ func (m *Manager) unsent(e *entry, rc int) {
 		return
 	}
 	m.cfg.logger.Warn("asyncagents: the server does not have the prompt; sending it again", "task", t.ID)
-	ctx, cancel := m.requestCtx()
+	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
 	if err := m.sendPrompt(ctx, e, rc); err != nil && !lostLease(err) { // a lost lease: its holder decides
 		m.finish(e, rc, StatusError, "", fmt.Sprintf("asyncagents: send prompt again: %v", err))
@@ -154,9 +192,4 @@ func (m *Manager) injectContext(ctx context.Context, sid, id, agent, text string
 		}
 	}
 	return err
-}
-
-// runOf is what a reconcile of e's current run passes to manager.Decide. m.mu must be held.
-func runOf(e *entry, idle bool) manager.Run {
-	return manager.Run{Baseline: e.baseline, SessionError: e.sessErr, Idle: idle, Prompt: e.task.PromptID}
 }

@@ -40,18 +40,18 @@ func TestPromptRefusedDuringHandoverIsNotASend(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
-	e := m.tasks[task.ID]
-	sends, sentAt, rc := e.sends, e.sentAt, e.task.ResumeCount
-	e.lost = true // being handed over
+	e := m.tasks.byID[task.ID]
+	sends, sentAt, rc := e.run.sends, e.run.sentAt, e.task.ResumeCount
+	e.hold.lost = true // being handed over
 	m.mu.Unlock()
 	if err := m.sendPrompt(ctx, e, rc); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("sendPrompt during a handover = %v, want ErrLeaseLost", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e.sends != sends || !e.sentAt.Equal(sentAt) || e.sending {
+	if e.run.sends != sends || !e.run.sentAt.Equal(sentAt) || e.run.sending {
 		t.Errorf("after a send refused during a handover: %d sends (was %d), sent at %v (was %v), sending %v",
-			e.sends, sends, e.sentAt, sentAt, e.sending)
+			e.run.sends, sends, e.run.sentAt, sentAt, e.run.sending)
 	}
-	e.lost = false
+	e.hold.lost = false
 }

@@ -33,7 +33,7 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	m.mu.Lock()
 	id, dir := e.task.ID, e.task.Directory
 	m.mu.Unlock()
-	ctx, cancel := m.requestCtx()
+	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
 	st, err := m.client.SessionStatus(ctx, dir)
 	if err != nil {
@@ -41,7 +41,7 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	}
 	if _, busy := st[id]; busy {
 		m.mu.Lock()
-		m.busyLocked(e)
+		e.run.busy()
 		m.mu.Unlock()
 		return manager.Verdict{}
 	}
@@ -61,12 +61,12 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now()
-	if e.suspect == seen && now.Sub(e.suspectAt) >= minSuspect {
+	now := m.bg.now()
+	if e.run.suspect == seen && now.Sub(e.run.suspectAt) >= minSuspect {
 		return v
 	}
-	if e.suspect != seen {
-		e.suspect, e.suspectAt = seen, now
+	if e.run.suspect != seen {
+		e.run.suspect, e.run.suspectAt = seen, now
 	}
 	return manager.Verdict{}
 }
@@ -75,22 +75,11 @@ func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 func (m *Manager) enqueueActive() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, e := range m.tasks {
+	for _, e := range m.tasks.byID {
 		if e.task.Status.Active() {
-			m.enqueueLocked(id, false)
+			m.recon.enqueue(e, false)
 		}
 	}
-}
-
-// enqueueLocked queues a reconcile of id once; idle records that the session was seen idle.
-func (m *Manager) enqueueLocked(id string, idle bool) {
-	if was, ok := m.recon.rq[id]; ok {
-		m.recon.rq[id] = was || idle
-		return
-	}
-	m.recon.rq[id] = idle
-	m.recon.order = append(m.recon.order, id)
-	m.wakeReconcilerLocked()
 }
 
 // reconciling is the part of the Manager that reads the messages of sessions that went idle
@@ -99,31 +88,51 @@ func (m *Manager) enqueueLocked(id string, idle bool) {
 // busy, extra ones, up to limit: reconcileBurst times the resident ones, at most
 // maxReconcilers. The extra ones end when the queue is empty. A server answers a burst of
 // reads sooner with more of them in flight; when it is idle, the resident ones are enough.
-// Under Manager.mu.
+// Guarded by Manager.mu, but ends.
 type reconciling struct {
-	rq                 map[string]bool // sessions waiting for a read → the session was seen idle
-	order              []string        // the same, in the order they came
+	rq                 map[*entry]bool // tasks waiting for a read → the session was seen idle
+	order              []*entry        // the same, in the order they came
 	wake               chan struct{}   // tells a waiting reconciler there is work
 	alive, busy, limit int             // reconcilers running, reading, and at most
+	extra              func() bool     // starts an extra reconciler; false when the Manager is closing
 	// ends holds a token for each goroutine recording the end of a run decided with others
 	// (decideStreamed): endParallel at most, whatever the reconcilers. Not under Manager.mu.
 	ends chan struct{}
 }
 
+// add queues a read of e's session once, without waking a reconciler; idle records that the
+// session was seen idle.
+func (rs *reconciling) add(e *entry, idle bool) {
+	if was, ok := rs.rq[e]; ok {
+		rs.rq[e] = was || idle
+		return
+	}
+	rs.rq[e] = idle
+	rs.order = append(rs.order, e)
+}
+
+// enqueue queues a read of e's session once, and sees that a reconciler takes it; idle records
+// that the session was seen idle.
+func (rs *reconciling) enqueue(e *entry, idle bool) {
+	rs.add(e, idle)
+	rs.wakeOne()
+}
+
+// forget drops the read of e's session, if queued.
+func (rs *reconciling) forget(e *entry) { delete(rs.rq, e) }
+
 // reconcileBurst bounds the extra reconcilers (see reconcilers).
 const reconcileBurst = 16
 
-// wakeReconcilerLocked sees that a reconciler takes the next queued read: it wakes one that
-// waits or, when all are busy, starts an extra one if the limit allows.
-func (m *Manager) wakeReconcilerLocked() {
-	rs := &m.recon
-	if rs.busy >= rs.alive && rs.alive < rs.limit && !isClosed(m.stop) {
+// wakeOne sees that a reconciler takes the next queued read: it wakes one that waits or, when
+// all are busy, starts an extra one if the limit allows.
+func (rs *reconciling) wakeOne() {
+	if rs.busy >= rs.alive && rs.alive < rs.limit && rs.extra() {
 		rs.alive++
-		m.spawn("a reconciler", func() { m.reconcileLoop(false) })
 		return
 	}
 	select {
-	case m.recon.wake <- struct{}{}:
+	case rs.wake <- struct{}{}:
 	default:
 	}
 }
@@ -149,12 +158,12 @@ func (m *Manager) reconcileLoop(resident bool) {
 		if working {
 			rs.busy--
 		}
-		jobs = m.nextReconcilesLocked(jobs[:0])
+		jobs = rs.next(jobs[:0])
 		ok := len(jobs) > 0
 		if working = ok; ok {
 			rs.busy++
-			if len(m.recon.order) > 0 { // pass the wake-up on
-				m.wakeReconcilerLocked()
+			if len(rs.order) > 0 { // pass the wake-up on
+				rs.wakeOne()
 			}
 		} else if !resident {
 			rs.alive--
@@ -173,10 +182,10 @@ func (m *Manager) reconcileLoop(resident bool) {
 			continue
 		}
 		select {
-		case <-m.stop:
+		case <-m.bg.stopc:
 			returned = true
 			return
-		case <-m.recon.wake:
+		case <-rs.wake:
 		}
 	}
 }
@@ -195,15 +204,15 @@ type reconcileJob struct {
 // decideBatch bounds the runs a reconciler decides at once from their streamed frames.
 const decideBatch = 256
 
-// nextReconcilesLocked appends the next queued reconcile to jobs and, when the stream
-// carried its run, the ones queued after it whose runs it carried too, up to decideBatch:
-// those need no request, and a burst of them is decided under one lock, not three each.
-func (m *Manager) nextReconcilesLocked(jobs []reconcileJob) []reconcileJob {
+// next appends the next queued reconcile to jobs and, when the stream carried its run, the
+// ones queued after it whose runs it carried too, up to decideBatch: those need no request,
+// and a burst of them is decided under one lock, not three each.
+func (rs *reconciling) next(jobs []reconcileJob) []reconcileJob {
 	for len(jobs) < decideBatch {
-		if len(jobs) > 0 && !m.streamedNextLocked() {
+		if len(jobs) > 0 && !rs.streamedNext() {
 			break
 		}
-		r, ok := m.nextReconcileLocked()
+		r, ok := rs.take()
 		if !ok {
 			break
 		}
@@ -215,43 +224,40 @@ func (m *Manager) nextReconcilesLocked(jobs []reconcileJob) []reconcileJob {
 	return jobs
 }
 
-// streamedNextLocked reports whether the next queued reconcile is of a run the stream
-// carried.
-func (m *Manager) streamedNextLocked() bool {
-	m.skipStaleLocked()
-	return len(m.recon.order) > 0 && m.tasks[m.recon.order[0]].streamed != nil
+// streamedNext reports whether the next queued reconcile is of a run the stream carried.
+func (rs *reconciling) streamedNext() bool {
+	rs.skipStale()
+	return len(rs.order) > 0 && rs.order[0].run.streamed != nil
 }
 
-// skipStaleLocked drops from the head of the queue the sessions no longer waiting (cleared
-// meanwhile) and those whose tasks are no longer active.
-func (m *Manager) skipStaleLocked() {
-	for len(m.recon.order) > 0 {
-		id := m.recon.order[0]
-		_, queued := m.recon.rq[id]
-		if e := m.tasks[id]; queued && e != nil && e.task.Status.Active() {
+// skipStale drops from the head of the queue the tasks no longer waiting (cleared meanwhile)
+// and those no longer active.
+func (rs *reconciling) skipStale() {
+	for len(rs.order) > 0 {
+		e := rs.order[0]
+		if _, queued := rs.rq[e]; queued && !e.removed && e.task.Status.Active() {
 			return
 		}
-		m.recon.order[0] = ""
-		m.recon.order = m.recon.order[1:]
-		delete(m.recon.rq, id)
+		rs.order[0] = nil
+		rs.order = rs.order[1:]
+		delete(rs.rq, e)
 	}
 }
 
-// nextReconcileLocked takes the next queued reconcile of a task that is still active.
-func (m *Manager) nextReconcileLocked() (reconcileJob, bool) {
-	if m.skipStaleLocked(); len(m.recon.order) == 0 {
-		m.recon.order = nil // let a burst's backing array go
+// take takes the next queued reconcile of a task that is still active.
+func (rs *reconciling) take() (reconcileJob, bool) {
+	if rs.skipStale(); len(rs.order) == 0 {
+		rs.order = nil // let a burst's backing array go
 		return reconcileJob{}, false
 	}
-	id := m.recon.order[0]
-	m.recon.order[0] = ""
-	m.recon.order = m.recon.order[1:]
-	idle := m.recon.rq[id]
-	delete(m.recon.rq, id)
-	e := m.tasks[id]
-	streamed := e.streamed
-	e.streamed = nil
-	return reconcileJob{e: e, id: id, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
+	e := rs.order[0]
+	rs.order[0] = nil
+	rs.order = rs.order[1:]
+	idle := rs.rq[e]
+	delete(rs.rq, e)
+	streamed := e.run.streamed
+	e.run.streamed = nil
+	return reconcileJob{e: e, id: e.task.ID, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
 }
 
 // reconcile decides whether the run ended from a read of the task session's latest messages
@@ -266,7 +272,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 		}
 	}()
 
-	ctx, cancel := m.requestCtx()
+	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
 	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
 	if errors.Is(err, opencode.ErrNotFound) {
@@ -274,7 +280,7 @@ func (m *Manager) reconcile(r reconcileJob) {
 		return
 	}
 	if err != nil {
-		if m.ctx.Err() == nil {
+		if m.bg.ctx.Err() == nil {
 			m.cfg.logger.Warn("asyncagents: read task messages", "task", id, "err", err)
 		}
 		return // the poll reads it again
@@ -315,7 +321,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	ended := m.endStreamed(jobs, done, results)
 	m.mirrors.decided.Add(int64(len(ended) - n))
 	if len(ended) == 1 {
-		m.safely("recording the end of a run", func() { m.afterFinish(ended[0]) })
+		m.bg.safely("recording the end of a run", func() { m.afterFinish(ended[0]) })
 		return
 	}
 	var wg sync.WaitGroup // a store on a network saves one task at a time: several at once
@@ -327,7 +333,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 				<-m.recon.ends
 				wg.Done()
 			}()
-			m.safely("recording the end of a run", func() { m.afterFinish(f) })
+			m.bg.safely("recording the end of a run", func() { m.afterFinish(f) })
 		}()
 	}
 	wg.Wait()
@@ -371,8 +377,8 @@ func (m *Manager) endStreamed(jobs []reconcileJob, done []bool, results []string
 				continue
 			}
 		}
-		if m.tasks[r.id] == r.e && r.e.task.ResumeCount == r.rc && r.e.task.Status.Active() {
-			m.enqueueLocked(r.id, r.run.Idle)
+		if m.tasks.byID[r.id] == r.e && r.e.task.ResumeCount == r.rc && r.e.task.Status.Active() {
+			m.recon.enqueue(r.e, r.run.Idle)
 		}
 	}
 	return ended
@@ -388,4 +394,9 @@ func (m *Manager) endLocked(r reconcileJob, result string) (f finished, ok, pani
 	}()
 	f, ok = m.finishLocked(r.e, r.rc, StatusCompleted, result, "")
 	return f, ok, false
+}
+
+// runOf is what a reconcile of e's current run passes to manager.Decide. m.mu must be held.
+func runOf(e *entry, idle bool) manager.Run {
+	return manager.Run{Baseline: e.run.baseline, SessionError: e.run.sessErr, Idle: idle, Prompt: e.task.PromptID}
 }

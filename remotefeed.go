@@ -12,7 +12,8 @@ import (
 
 // watchRemote publishes the changes of the tasks other hosts hold since its last call, when
 // the Manager has subscribers; it forgets what it saw when it has none.
-func (m *Manager) watchRemote(ctx context.Context, hs HandoffStore) {
+func (h *sharedHosts) watchRemote(ctx context.Context) {
+	m, hs := h.m, h.hs
 	m.mu.Lock()
 	watched := len(m.feed.subs) > 0
 	if !watched {
@@ -29,15 +30,15 @@ func (m *Manager) watchRemote(ctx context.Context, hs HandoffStore) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.feed.remote = m.remoteSeenLocked(stored, true)
+	m.feed.remote = m.feed.remoteSeen(stored, m.tasks.has, true)
 }
 
-// remoteSeenLocked returns what of stored other hosts hold, and, with publish, publishes
-// the changes since m.feed.remote.
-func (m *Manager) remoteSeenLocked(stored []Task, publish bool) map[string]remoteSeen {
+// remoteSeen returns what of stored other hosts hold (those that local does not report as
+// here), and, with publish, publishes the changes since f.remote.
+func (f *feed) remoteSeen(stored []Task, local func(id string) bool, publish bool) map[string]remoteSeen {
 	seen := make(map[string]remoteSeen, len(stored))
 	for _, t := range stored {
-		if m.tasks[t.ID] != nil {
+		if local(t.ID) {
 			continue // here: the Manager's own changes publish it
 		}
 		sum := fingerprint(t)
@@ -46,13 +47,13 @@ func (m *Manager) remoteSeenLocked(stored []Task, publish bool) map[string]remot
 		if !publish {
 			continue
 		}
-		if was, ok := m.feed.remote[t.ID]; !ok || was.sum != sum {
-			m.publishTaskLocked(t, false)
+		if was, ok := f.remote[t.ID]; !ok || was.sum != sum {
+			f.publish(t, false)
 		}
 	}
-	for id, was := range m.feed.remote {
-		if _, ok := seen[id]; publish && !ok && m.tasks[id] == nil { // gone from the store: cleared
-			m.publishTaskLocked(was.task, true)
+	for id, was := range f.remote {
+		if _, ok := seen[id]; publish && !ok && !local(id) { // gone from the store: cleared
+			f.publish(was.task, true)
 		}
 	}
 	return seen

@@ -41,11 +41,8 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		return Task{}, err
 	}
 	defer m.ops.Done()
-	m.pull(ctx, caller, id)
-	m.mu.Lock()
-	e, err := m.lookupLocked(caller, id)
+	e, err := m.lockTask(ctx, caller, id)
 	if err != nil {
-		m.mu.Unlock()
 		return Task{}, err
 	}
 	// Running, resumed or queued; or ended with follow-ups still to send (sendFollowUp starts
@@ -96,8 +93,8 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	}
 
 	m.mu.Lock()
-	if e.removed || e.lost || e.task.Status.Active() { // cleared, being handed over or resumed meanwhile
-		st, removed, lost := e.task.Status, e.removed, e.lost
+	if e.removed || e.hold.lost || e.task.Status.Active() { // cleared, being handed over or resumed meanwhile
+		st, removed, lost := e.task.Status, e.removed, e.hold.lost
 		m.mu.Unlock()
 		switch {
 		case removed:
@@ -111,29 +108,26 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 		m.mu.Unlock()
 		return Task{}, err
 	}
-	if err := m.reserveLocked(e.task.ParentSessionID); err != nil {
+	if err := m.slots.reserve(e.task.ParentSessionID); err != nil {
 		m.mu.Unlock()
 		return Task{}, err
 	}
 	t := &e.task
 	t.Status = StatusResumed
 	t.ResumeCount++
-	t.Started, t.Completed = m.now(), time.Time{}
+	t.Started, t.Completed = m.bg.now(), time.Time{}
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
 	t.Prompt, t.RunUsage = prompt, Usage{}
 	e.done = make(chan struct{})
-	e.baseline, e.seenBusy, e.sessErr, e.aborting = "", false, "", nil
-	e.active, e.retry, e.polled = time.Time{}, "", opencode.SessionStatus{}
-	e.recheckAt, e.recheckDelay = time.Time{}, 0
-	e.suspect, e.steps, e.lastFinish = "", nil, ""
+	baseline := ""
 	if len(last) > 0 {
-		e.baseline = last[len(last)-1].Info.ID
+		baseline = last[len(last)-1].Info.ID
 	}
-	m.newPromptIDLocked(e, e.baseline)
-	m.startMirrorLocked(e)
-	m.batchLocked(t.BatchID).active++
-	if _, ok := m.open[t.ParentSessionID]; !ok {
-		m.open[t.ParentSessionID] = t.BatchID
+	e.startRun(m.bg.now(), baseline)
+	m.mirrors.start(e)
+	m.tasks.batch(t.BatchID).active++
+	if _, ok := m.tasks.open[t.ParentSessionID]; !ok {
+		m.tasks.open[t.ParentSessionID] = t.BatchID
 	}
 	m.changedLocked(e)
 	rc := t.ResumeCount
@@ -152,7 +146,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 // or this Manager does if the handover fails.
 func (m *Manager) sendFollowUp(e *entry) {
 	m.mu.Lock()
-	if e.removed || e.lost || e.task.Status.Active() || len(e.task.FollowUps) == 0 {
+	if e.removed || e.hold.lost || e.task.Status.Active() || len(e.task.FollowUps) == 0 {
 		m.mu.Unlock()
 		return
 	}
@@ -161,7 +155,7 @@ func (m *Manager) sendFollowUp(e *entry) {
 	e.resuming = true // a Resume meanwhile queues its prompt behind this one
 	m.changedLocked(e)
 	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.ctx, 2*m.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(m.bg.ctx, 2*m.cfg.requestTimeout)
 	defer cancel()
 	_, err := m.resume(ctx, e, prompt)
 	m.mu.Lock()

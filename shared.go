@@ -2,97 +2,299 @@ package asyncagents
 
 import (
 	"context"
-	"maps"
-	"slices"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asyncagents/asyncagents/manager"
 )
 
-// Shared slots: with a SlotStore, a task over a concurrency limit waits in the store's queue,
-// and grantSlots starts the ones the store grants a slot. It runs in Launch, for the task
-// just queued, and on the granting loop: when a slot is given back here (releaseLocked
-// wakes it) and every third of the lease, for the slots other hosts gave back.
-
-// slotStore returns the Manager's store as a SlotStore when the Manager has limits, or nil.
-func (m *Manager) slotStore() SlotStore {
-	if !m.cfg.limits.any() {
-		return nil
-	}
-	ss, _ := m.cfg.store.(SlotStore)
-	return ss
+// sharedHosts is the hosts part of a Manager on a [LeaseStore]: it acts on a task only while
+// its store holds the task's lease; its lease loop renews the leases every third of the lease
+// duration, claims expired ones every second, and, with a [HandoffStore], hands over the tasks
+// other hosts ask for and publishes their tasks' changes to the Manager's subscribers. A task
+// whose lease is lost (reported by Renew, or by a Save) is dropped from memory (dropLost), and
+// claimed tasks are taken in as New takes stored ones (adopt). It acts on the Manager's tasks
+// under Manager.mu, through m.
+type sharedHosts struct {
+	m  *Manager
+	ls LeaseStore
+	hs HandoffStore // nil when the store hands nothing over
 }
 
-// wakeGranterLocked asks the granting loop for a pass.
-func (m *Manager) wakeGranterLocked() {
-	select {
-	case m.slots.wake <- struct{}{}:
-	default:
-	}
+func (h *sharedHosts) server() string { return h.ls.Server() }
+
+func (h *sharedHosts) start() { h.m.bg.keep("renewing and claiming leases", h.leaseLoop) }
+
+// heldUntil returns until when the Manager may act on task id, and false when it holds no
+// lease on it.
+func (h *sharedHosts) heldUntil(id string) (time.Time, bool) {
+	until := h.ls.Held(id)
+	return until, !until.IsZero() && time.Now().Before(until)
 }
 
-// grantLoop gives back released slots and starts granted tasks until the Manager closes.
-func (m *Manager) grantLoop() {
-	every := m.slotStore().LeaseDuration() / 3
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-m.slots.wake:
-		case <-m.cfg.clock.After(every):
-		}
-		ctx, cancel := context.WithTimeout(m.ctx, every)
-		m.grantSlots(ctx)
-		cancel()
-	}
-}
-
-// grantSlots gives the store the slots released here, then asks it, for each limit with
-// tasks queued here, which of them may start, and starts those.
-func (m *Manager) grantSlots(ctx context.Context) {
-	ss := m.slotStore()
-	var start []*entry
-	defer func() { m.startQueued(start) }()
-	// One at a time: another's snapshot could queue again in the store a task this one has
-	// just released.
-	m.slots.granting.Lock()
-	defer m.slots.granting.Unlock()
+// act returns the entries of ids, each counted once more as acted on (hold.acting), and a
+// context that ends when the first lease could lapse.
+func (h *sharedHosts) act(ctx context.Context, ids []string) (context.Context, context.CancelFunc, []*entry, error) {
+	m := h.m
+	var first time.Time
 	m.mu.Lock()
-	release := m.slots.release
-	m.slots.release = nil
-	waiting, limit := map[string][]string{}, map[string]int{}
-	for key, q := range m.slots.waiting {
-		for _, e := range q {
-			waiting[key] = append(waiting[key], e.task.ID)
+	defer m.mu.Unlock()
+	var acting []*entry
+	for _, id := range ids {
+		until, ok := h.heldUntil(id)
+		e := m.tasks.byID[id]
+		if !ok || e == nil || e.hold.lost { // gone here (cleared, handed over): not ours to act on
+			releaseLocked(acting)
+			return nil, nil, nil, fmt.Errorf("%w: %s", ErrLeaseLost, id)
 		}
-		limit[key] = m.slots.limitOf[key]
-	}
-	m.mu.Unlock()
-	if len(release) > 0 {
-		if err := ss.Release(ctx, release...); err != nil {
-			m.cfg.logger.Warn("asyncagents: give back concurrency slots", "err", err)
-			m.mu.Lock()
-			m.slots.release = append(m.slots.release, release...)
-			m.mu.Unlock()
+		e.hold.acting++
+		acting = append(acting, e)
+		if first.IsZero() || until.Before(first) {
+			first = until
 		}
 	}
-	for _, key := range slices.Sorted(maps.Keys(waiting)) {
-		granted, err := ss.Slots(ctx, key, limit[key], waiting[key])
-		if err != nil {
-			m.cfg.logger.Warn("asyncagents: concurrency slots", "limit", key, "err", err)
-			continue
-		}
-		m.mu.Lock()
-		for _, id := range granted {
-			e := m.tasks[id]
-			i := slices.Index(m.slots.waiting[key], e)
-			if e == nil || i < 0 {
-				continue // started, cancelled or removed meanwhile
+	ctx, cancel := context.WithDeadline(ctx, first)
+	return ctx, cancel, acting, nil
+}
+
+// claimEvery bounds the time between two claims of expired leases, so that a dead host's
+// tasks are claimed within a second of their leases' expiry.
+const claimEvery = time.Second
+
+// leaseLoop renews the leases every third of the lease duration and claims expired ones
+// every claimEvery (or third of the lease, when shorter) until the Manager closes.
+func (h *sharedHosts) leaseLoop() {
+	m, ls := h.m, h.ls
+	renewEvery, every := h.every()
+	renewed := m.bg.now()
+	for m.bg.wait(every) {
+		ctx, cancel := context.WithTimeout(m.bg.ctx, renewEvery)
+		if m.bg.now().Sub(renewed) >= renewEvery-every/2 {
+			renewed = m.bg.now()
+			lost, err := ls.Renew(ctx)
+			if err != nil {
+				m.cfg.logger.Warn("asyncagents: renew leases", "err", err)
 			}
-			m.slots.waiting[key] = slices.Delete(m.slots.waiting[key], i, i+1)
-			m.slots.running[key]++
-			e.slot = key
-			e.task.Status, e.task.Started = StatusRunning, m.now()
-			m.changedLocked(e)
-			start = append(start, e)
+			if len(lost) > 0 {
+				m.dropLost(lost...)
+			}
+		}
+		if hs := h.hs; hs != nil {
+			wanted, err := hs.Wanted(ctx)
+			if err != nil {
+				m.cfg.logger.Warn("asyncagents: tasks wanted by other hosts", "err", err)
+			}
+			for _, id := range wanted {
+				m.mu.Lock()
+				e := m.tasks.byID[id]
+				handing := e != nil && !e.hold.lost && !m.bg.now().Before(e.hold.retryAt)
+				if handing {
+					e.hold.lost = true // stops new requests on it; handOver waits for the others
+				}
+				m.mu.Unlock()
+				if handing { // on a goroutine of its own: the renewals must go on meanwhile
+					m.bg.spawn("handing a task over", func() { h.handOver(e) })
+				}
+			}
+		}
+		if h.hs != nil {
+			h.watchRemote(ctx)
+		}
+		claimed, err := ls.Claim(ctx)
+		cancel()
+		if err != nil {
+			m.cfg.logger.Warn("asyncagents: claim expired leases", "err", err)
+		}
+		if len(claimed) > 0 {
+			m.adopt(claimed)
+		}
+	}
+}
+
+// every returns how often the leases are renewed, and how often the lease loop looks (renews
+// when due, hands over the tasks other hosts want, claims expired leases).
+func (h *sharedHosts) every() (renew, look time.Duration) {
+	renew = h.ls.LeaseDuration() / 3
+	return renew, min(renew, claimEvery)
+}
+
+// maxHandoverWaits bounds the wait before a failed handover is tried again, in looks of the
+// lease loop: well within the time a pull waits (pullTimeout).
+const maxHandoverWaits = 8
+
+// handOver gives task e, marked lost, to the host that wants it: it waits for the requests in
+// flight on it (each bounded by the lease), stores its newest record, forgets it and yields
+// its lease. When the record cannot be stored (the database is unreachable), it keeps the
+// task and acts on it again; the other host's request, still in the store, is taken up again
+// at a later look of the lease loop: the next one after the first failure, then one twice as
+// long after each further failure, up to maxHandoverWaits looks' time.
+func (h *sharedHosts) handOver(e *entry) {
+	m := h.m
+	for {
+		m.mu.Lock()
+		n := e.hold.acting
+		m.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if !m.bg.wait(10 * time.Millisecond) {
+			return // closing: the lease expires
+		}
+	}
+	if err := m.persist(e); err != nil {
+		m.mu.Lock()
+		kept := !lostLease(err) && !e.removed // lost: persist dropped it, and its new holder has it
+		if kept {
+			e.hold.lost = false // renewed with the others: marked lost, no one would act on it
+			_, look := h.every()
+			if m.bg.now().Sub(e.hold.retryAt) > maxHandoverWaits*look { // the last failure is long past
+				e.hold.retryWait = 0
+			}
+			e.hold.retryWait = min(max(2*e.hold.retryWait, look), maxHandoverWaits*look)
+			e.hold.retryAt = m.bg.now().Add(e.hold.retryWait - look/2) // due at the look that comes then
 		}
 		m.mu.Unlock()
+		if kept {
+			m.sendFollowUp(e) // one kept while it was being handed over
+		}
+		return
 	}
+	e.save.mu.Lock()
+	m.mu.Lock()
+	if e.removed { // cleared meanwhile: its row is deleted
+		m.mu.Unlock()
+		e.save.mu.Unlock()
+		return
+	}
+	id := e.task.ID
+	start := m.removeLocked(e) // no save after this one: persist now says ErrLeaseLost
+	m.mu.Unlock()
+	e.save.mu.Unlock()
+	m.startQueued(start)
+	ctx, cancel := m.bg.requestCtx()
+	defer cancel()
+	if err := h.hs.Yield(ctx, id); err != nil {
+		m.cfg.logger.Warn("asyncagents: yield a task's lease", "task", id, "err", err)
+	}
+	m.cfg.logger.Info("asyncagents: task handed over to another host", "task", id)
+}
+
+// pullTimeout bounds how long an operation waits for a task another host holds.
+const pullTimeout = 15 * time.Second
+
+// pull takes over the caller's task id (a full id or a prefix) from the host that holds it,
+// when the Manager does not have it and its store is a HandoffStore: it asks for it and
+// claims it once the holder yields it (or its lease expires), for at most pullTimeout or
+// until ctx ends. It does nothing when the task is here, or is none of the caller's.
+func (h *sharedHosts) pull(ctx context.Context, caller Caller, id string) {
+	m, hs := h.m, h.hs
+	if hs == nil {
+		return
+	}
+	m.mu.Lock()
+	_, err := m.tasks.lookup(caller, id)
+	m.mu.Unlock()
+	if !errors.Is(err, ErrTaskNotFound) {
+		return
+	}
+	qctx, cancel := m.bg.quickCtx()
+	tasks, err := hs.Tasks(qctx, caller.SessionID)
+	cancel()
+	if err != nil {
+		return
+	}
+	var ids []string
+	for _, t := range tasks {
+		if t.Server != h.server() {
+			continue // a host of its own server must act on it
+		}
+		if t.ID == id || strings.HasPrefix(t.ID, manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)) {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) != 1 { // none, or a prefix of several: lookupLocked says so
+		return
+	}
+	h.pullIDs(ctx, ids)
+}
+
+// pullIDs takes over tasks ids from the hosts that hold them (see pull).
+func (h *sharedHosts) pullIDs(ctx context.Context, ids []string) {
+	m, hs := h.m, h.hs
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := hs.Want(ctx, id); err != nil {
+			m.cfg.logger.Warn("asyncagents: ask for a task", "task", id, "err", err)
+			return
+		}
+	}
+	for {
+		claimed, err := hs.Claim(ctx)
+		if err == nil && len(claimed) > 0 {
+			m.adopt(claimed)
+		}
+		m.mu.Lock()
+		here := true
+		for _, id := range ids {
+			here = here && m.tasks.byID[id] != nil
+		}
+		m.mu.Unlock()
+		if here {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.bg.stopc:
+			return
+		case <-m.bg.clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// pullAll takes over every task of the caller that another host of the same server holds
+// (those of other servers are their hosts' to act on).
+func (h *sharedHosts) pullAll(ctx context.Context, caller Caller) {
+	if h.hs == nil {
+		return
+	}
+	var ids []string
+	for _, t := range h.remote(caller.SessionID) {
+		if t.Server == h.server() {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) > 0 {
+		h.pullIDs(ctx, ids)
+	}
+}
+
+// remote returns the stored tasks of parent ("" for all) that other hosts hold, read from a
+// HandoffStore (nil without one, or when the read fails: it is logged), with their DisplayID
+// set to their id.
+func (h *sharedHosts) remote(parent string) []Task {
+	m, hs := h.m, h.hs
+	if hs == nil {
+		return nil
+	}
+	ctx, cancel := m.bg.quickCtx()
+	defer cancel()
+	stored, err := hs.Tasks(ctx, parent)
+	if err != nil {
+		m.cfg.logger.Warn("asyncagents: read other hosts' tasks", "err", err)
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Task
+	for _, t := range stored {
+		if m.tasks.byID[t.ID] == nil {
+			t.DisplayID = t.ID
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -30,11 +30,14 @@ type Store interface {
 //
 // Load returns the tasks that the new store claims (the expired ones, as [LeaseStore.Claim]
 // does). Save of a task the store does not hold returns an error matching [ErrLeaseLost]
-// and stores nothing; Save of a new task id takes its lease.
+// and stores nothing; Save of a new task id takes its lease, and Save of a task it holds
+// extends the lease. Delete removes tasks whoever holds them. A store that is an [io.Closer]
+// gives up its leases when closed, so that another store claims its tasks at once.
 type LeaseStore interface {
 	Store
-	// Claim takes over the tasks whose leases have expired and returns them, now held by
-	// this store, oldest first.
+	// Claim takes over the tasks of its server whose leases have expired and returns them,
+	// now held by this store, oldest first; a store may take a bounded number per call (the
+	// rest at the next).
 	Claim(ctx context.Context) ([]Task, error)
 	// Renew extends every lease this store holds and returns the ids of the tasks it held
 	// and no longer does (another store claimed them, or they were deleted).
@@ -56,8 +59,9 @@ type LeaseStore interface {
 // a limit bounds the tasks running on every host that shares the store, and queued tasks
 // start in launch order across hosts. A Manager on a SlotStore queues a task over a limit
 // in the store and starts it when [SlotStore.Slots] grants it a slot; it gives the slot
-// back with [SlotStore.Release] when the run ends. Every Manager sharing the store must
-// have the same limits.
+// back with [SlotStore.Release] when the run ends. A Save of a task in a terminal state, and
+// a Delete, give back its slot too, so that a slot is not lost when its host stops between
+// the two. Every Manager sharing the store must have the same limits.
 type SlotStore interface {
 	LeaseStore
 	// Slots queues the tasks waiting (in that order, after those queued before, by any

@@ -49,7 +49,7 @@ func (s *Subscription) Err() error {
 func (s *Subscription) Close() {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	s.m.endSubLocked(s, nil)
+	s.m.feed.end(s, nil)
 }
 
 // Subscribe returns every task of the Manager (with a [HandoffStore], other hosts' tasks
@@ -66,68 +66,57 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 	if buffer == 0 {
 		buffer = DefaultSubscriptionBuffer
 	}
-	remote := m.remoteTasks("")
+	remote := m.hosts.remote("")
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.tasks.closed {
 		return nil, nil, ErrClosed
 	}
 	s := &Subscription{m: m, c: make(chan Change, buffer)}
-	if m.feed.subs == nil {
-		m.feed.subs = map[*Subscription]struct{}{}
-	}
-	m.feed.subs[s] = struct{}{}
-	if m.feed.remote == nil && m.handoffStore() != nil { // what later reads are compared with
-		m.feed.remote = m.remoteSeenLocked(remote, false)
+	m.feed.add(s)
+	if m.feed.remote == nil { // what later reads are compared with
+		m.feed.remote = m.feed.remoteSeen(remote, m.tasks.has, false)
 	}
 	return s, withRemote(m.allLocked(""), remote, ""), nil
 }
 
 // feed is the part of the Manager behind Subscribe: the number of changes so far
-// (Change.Seq) and the live subscriptions. Under Manager.mu.
+// (Change.Seq) and the live subscriptions, and what it last published of other hosts' tasks.
+// Guarded by Manager.mu.
 type feed struct {
 	seq    uint64
 	subs   map[*Subscription]struct{}
 	remote map[string]remoteSeen // other hosts' tasks as last published (remotefeed.go)
 }
 
-// changedLocked records a change of e: a new version to save, and a Change for the
-// subscribers.
-func (m *Manager) changedLocked(e *entry) {
-	e.version++
-	m.publishLocked(e, false)
-}
-
-// publishLocked sends the current state of e to every subscriber that has room, and drops
-// those that have none.
-func (m *Manager) publishLocked(e *entry, removed bool) {
-	if len(m.feed.subs) == 0 {
-		m.feed.seq++
-		return
+// add starts sending changes to s.
+func (f *feed) add(s *Subscription) {
+	if f.subs == nil {
+		f.subs = map[*Subscription]struct{}{}
 	}
-	m.publishTaskLocked(m.viewLocked(e), removed)
+	f.subs[s] = struct{}{}
 }
 
-// publishTaskLocked sends a change of task t to every subscriber that has room, and drops
-// those that have none.
-func (m *Manager) publishTaskLocked(t Task, removed bool) {
-	m.feed.seq++
-	c := Change{Seq: m.feed.seq, Task: t, Removed: removed}
-	for s := range m.feed.subs {
+// publish sends a change of task t to every subscriber that has room, and drops those that
+// have none.
+func (f *feed) publish(t Task, removed bool) {
+	f.seq++
+	c := Change{Seq: f.seq, Task: t, Removed: removed}
+	for s := range f.subs {
 		select {
 		case s.c <- c:
 		default:
-			m.endSubLocked(s, ErrLagged)
+			f.end(s, ErrLagged)
 		}
 	}
 }
 
-// endSubLocked ends s with err unless it has ended already.
-func (m *Manager) endSubLocked(s *Subscription, err error) {
-	if _, ok := m.feed.subs[s]; !ok {
+// end ends s with err unless it has ended already.
+func (f *feed) end(s *Subscription, err error) {
+	if _, ok := f.subs[s]; !ok {
 		return
 	}
-	delete(m.feed.subs, s)
+	delete(f.subs, s)
 	s.err = err
 	close(s.c)
 }

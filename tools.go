@@ -411,7 +411,7 @@ func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMe
 	if err != nil {
 		return "", err
 	}
-	text := FormatOutput(out, h.m.now())
+	text := FormatOutput(out, h.m.bg.now())
 	if in.FullSession {
 		text += "\n\n" + FormatMessages(out.Messages, out.MoreMessages, in.IncludeThinking, in.IncludeToolResults)
 	}
@@ -464,7 +464,7 @@ func (h toolHandlers) cancel(ctx context.Context, caller Caller, args json.RawMe
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("Cancelled task %s (%s) after %s.", t.DisplayID, t.Description, hints.Duration(t.Duration(h.m.now()))), nil
+	return fmt.Sprintf("Cancelled task %s (%s) after %s.", t.DisplayID, t.Description, hints.Duration(t.Duration(h.m.bg.now()))), nil
 }
 
 func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessage) (string, error) {
@@ -476,7 +476,7 @@ func (h toolHandlers) list(_ context.Context, caller Caller, args json.RawMessag
 	if err != nil {
 		return "", err
 	}
-	s := FormatList(tasks, in.Status, h.m.now())
+	s := FormatList(tasks, in.Status, h.m.bg.now())
 	if u, err := h.m.TreeUsage(caller); err == nil && !u.IsZero() && len(tasks) > 0 {
 		s += "\nUsed in all (your tasks and theirs): " + u.String()
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"time"
 
 	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -28,31 +27,6 @@ import (
 // post, looked up before a retry, and confirmed like a notification posted with prompt_async
 // (confirm.go); one found missing makes its notifications owed again.
 
-// waveMaxWindows bounds how long a turn waits for a wave to settle: at most this many wave
-// windows after the first notification it covers.
-const waveMaxWindows = 5
-
-// turnDueLocked returns when parent's owed turn is due: at once when the parent has no active
-// task (none queued, running or resumed, and no launch under way), otherwise a wave window
-// after its newest notification, and at most waveMaxWindows windows after the first one the
-// turn covers.
-func (m *Manager) turnDueLocked(parent string, ob *outbox) time.Time {
-	if m.slots.activeOf[parent] == 0 {
-		return time.Time{}
-	}
-	w := m.cfg.waveWindow
-	return earliest(ob.lastEnd.Add(w), ob.firstOwed.Add(waveMaxWindows*w))
-}
-
-// oweTurnLocked records that ref, a notification of parent's outbox ob whose run ended at
-// ended, was delivered without reply and waits for a turn.
-func (m *Manager) oweTurnLocked(ob *outbox, ref noteRef, ended time.Time) {
-	if len(ob.owed) == 0 || ended.Before(ob.firstOwed) {
-		ob.firstOwed = ended
-	}
-	ob.owed = append(ob.owed, ref)
-}
-
 // turnAsk is what one attempt at a parent's owed turn needs, taken under Manager.mu.
 type turnAsk struct {
 	refs  []noteRef
@@ -66,7 +40,7 @@ type turnAsk struct {
 // askTurn makes one attempt at parent's owed turn, for the worker that has the parent: it
 // posts the turn prompt, or finds the owed notifications seen, or schedules a retry.
 func (m *Manager) askTurn(ctx context.Context, parent string) {
-	defer m.recoverAndLog("asking for a parent's turn")
+	defer m.bg.recoverAndLog("asking for a parent's turn")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
 	a := m.turnAskLocked(parent, ob)
@@ -84,7 +58,7 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 			m.persist(e)
 		}
 	}()
-	now := m.now()
+	now := m.bg.now()
 	switch {
 	case err == nil:
 		state, covered := TurnAsked, a.refs
@@ -94,12 +68,12 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		if id != "" && id == a.prev {
 			// An earlier attempt's prompt landed: it covers the notifications posted before
 			// it, not those delivered since, which stay owed.
-			covered = m.postedBeforeLocked(a.refs, id)
+			covered = postedBefore(a.refs, id)
 		}
-		m.turnDoneLocked(covered, state, id, "")
-		m.unoweLocked(ob, covered)
+		turnDone(covered, state, id, "")
+		ob.unowe(covered)
 		if id != "" && !confirmed {
-			m.awaitPosted(id, posted{parent: parent, turn: covered, at: now})
+			m.notes.confirms.add(id, posted{parent: parent, turn: covered, at: now})
 		}
 	case lostLease(err): // not posted: one of the tasks is being handed over; ask again without it
 		ob.turnNext = now.Add(notifyBackoffMin)
@@ -107,14 +81,12 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 		// The parent is gone, or the horizon has passed: the notifications stay in the
 		// parent, and no turn is asked for them.
 		m.cfg.logger.Error("asyncagents: parent's turn not asked; giving up", "parent", parent, "err", err)
-		m.turnDoneLocked(a.refs, "", "", "turn not asked: "+err.Error())
-		m.unoweLocked(ob, a.refs)
+		turnDone(a.refs, "", "", "turn not asked: "+err.Error())
+		ob.unowe(a.refs)
 	default:
 		for _, r := range a.refs {
-			if e := m.tasks[r.task]; e != nil {
-				if note := noteLocked(e, r.key); note != nil {
-					note.Attempts++
-				}
+			if note := r.note(); note != nil {
+				note.Attempts++
 			}
 		}
 		if id != "" {
@@ -127,51 +99,14 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	}
 }
 
-// unoweLocked drops refs from ob's owed notifications, after an attempt at their turn ended
-// them. Others may have been owed again meanwhile (reoweLocked).
-func (m *Manager) unoweLocked(ob *outbox, refs []noteRef) {
-	done := make(map[noteRef]bool, len(refs))
-	for _, r := range refs {
-		done[r] = true
-	}
-	ob.owed = slices.DeleteFunc(ob.owed, func(r noteRef) bool { return done[r] })
-	ob.turnID, ob.turnNext, ob.turnFails = "", time.Time{}, 0
-	if len(ob.owed) == 0 {
-		ob.owed = nil
-		return
-	}
-	ob.firstOwed = time.Time{}
-	for _, r := range ob.owed {
-		if e := m.tasks[r.task]; e != nil {
-			if note := noteLocked(e, r.key); note != nil && (ob.firstOwed.IsZero() || note.Created.Before(ob.firstOwed)) {
-				ob.firstOwed = note.Created
-			}
-		}
-	}
-}
-
-// postedBeforeLocked returns the notifications of refs posted before message id (their
-// message ids sort before it: the Manager chose each newer than the parent's newest).
-func (m *Manager) postedBeforeLocked(refs []noteRef, id string) []noteRef {
-	var out []noteRef
-	for _, r := range refs {
-		if e := m.tasks[r.task]; e != nil {
-			if note := noteLocked(e, r.key); note != nil && note.MessageID < id {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
-}
-
 // turnAskLocked gathers what an attempt at parent's owed turn needs. The turn prompt names
 // the tasks of the owed notifications and those of parent still active, by display id.
 func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 	a := turnAsk{refs: slices.Clone(ob.owed), ours: map[string]bool{}, prev: ob.turnID}
 	var ended, running []string
-	seen := map[string]bool{}
+	seen := map[*entry]bool{}
 	for _, r := range a.refs {
-		e := m.tasks[r.task]
+		e := r.live()
 		if e == nil {
 			continue
 		}
@@ -182,15 +117,15 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 			}
 		}
 		a.agent = e.task.ParentAgent
-		if !seen[r.task] {
-			seen[r.task] = true
-			ended = append(ended, m.reg.DisplayID(r.task))
-			a.tasks = append(a.tasks, r.task)
+		if !seen[e] {
+			seen[e] = true
+			ended = append(ended, m.tasks.reg.DisplayID(e.task.ID))
+			a.tasks = append(a.tasks, e.task.ID)
 		}
 	}
-	for _, id := range m.reg.Tasks(parent) {
-		if e := m.tasks[id]; e != nil && !e.task.Status.Terminal() {
-			running = append(running, m.reg.DisplayID(id))
+	for _, id := range m.tasks.reg.Tasks(parent) {
+		if e := m.tasks.byID[id]; e != nil && !e.task.Status.Terminal() {
+			running = append(running, m.tasks.reg.DisplayID(id))
 		}
 	}
 	a.text = hints.Turn(ended, running, m.cfg.toolPrefix)
@@ -217,10 +152,8 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk, 
 	return m.postOnce(ctx, parent, a.prev, func(newest string) bool { return !a.ours[newest] }, func(id string) error {
 		m.mu.Lock()
 		for _, r := range a.refs {
-			if e := m.tasks[r.task]; e != nil {
-				if note := noteLocked(e, r.key); note != nil {
-					note.TurnID = id
-				}
+			if note := r.note(); note != nil {
+				note.TurnID = id
 			}
 		}
 		changed := m.entriesLocked(a.refs)
@@ -241,75 +174,14 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk, 
 	})
 }
 
-// turnDoneLocked sets the turn state of the notifications refs (and the prompt's id, and an
-// error) on their tasks.
-func (m *Manager) turnDoneLocked(refs []noteRef, state TurnState, id, errMsg string) {
-	for _, r := range refs {
-		e := m.tasks[r.task]
-		if e == nil {
-			continue
-		}
-		if note := noteLocked(e, r.key); note != nil && note.Turn == TurnOwed {
-			note.Turn = state
-			if id != "" {
-				note.TurnID = id
-			}
-			if errMsg != "" {
-				note.Error = errMsg
-			}
-		}
-	}
-}
-
 // entriesLocked returns the tasks of refs, each once, after recording a change of each.
 func (m *Manager) entriesLocked(refs []noteRef) []*entry {
 	var out []*entry
 	for _, r := range refs {
-		if e := m.tasks[r.task]; e != nil && !slices.Contains(out, e) {
+		if e := r.live(); e != nil && !slices.Contains(out, e) {
 			m.changedLocked(e)
 			out = append(out, e)
 		}
 	}
 	return out
-}
-
-// reoweLocked makes the notifications refs owed again: their turn prompt, message id, the
-// server acknowledged and did not store. It forgets the parent's newest message id, which
-// was raised to that prompt's, and readies the parent.
-func (m *Manager) reoweLocked(parent string, refs []noteRef, id string) {
-	var back []noteRef
-	for _, r := range refs {
-		e := m.tasks[r.task]
-		if e == nil || e.removed {
-			continue
-		}
-		if note := noteLocked(e, r.key); note != nil && note.Turn == TurnAsked && note.TurnID == id {
-			note.Turn, note.TurnID = TurnOwed, ""
-			m.changedLocked(e)
-			back = append(back, r)
-		}
-	}
-	if len(back) == 0 {
-		return
-	}
-	m.notes.heads.forget(parent)
-	ob := m.outboxLocked(parent)
-	for _, r := range back {
-		m.oweTurnLocked(ob, r, noteLocked(m.tasks[r.task], r.key).Created)
-	}
-	m.readyLocked(parent, ob)
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -99,28 +99,28 @@ func completedStep(props []byte) bool {
 	return bytes.Contains(props, []byte(`"completed":`)) && bytes.Contains(props, []byte(`"role":"assistant"`))
 }
 
-// stepLocked counts the step of props, a message.updated event of e's active run that may
-// be a completed step, in the run's running figures, once.
-func (m *Manager) stepLocked(e *entry, props []byte) {
+// countStep counts the step of props, a message.updated event of e's active run that may be
+// a completed step, in the run's running figures, once, and reports whether it did.
+func (e *entry) countStep(props []byte) bool {
 	id := scan.LeadingInfoID(props)
-	if id == nil || e.steps[string(id)] || string(id) <= e.baseline {
-		return // the second of the two updates OpenCode sends of a completed step, or an earlier run's
+	if id == nil || e.run.steps[string(id)] || string(id) <= e.run.baseline {
+		return false // the second of the two updates OpenCode sends of a completed step, or an earlier run's
 	}
 	info, ok := stepInfo(props)
 	if !ok || info.Role != opencode.RoleAssistant || info.Completed == 0 {
-		return
+		return false
 	}
-	if e.steps == nil {
-		e.steps = map[string]bool{}
+	if e.run.steps == nil {
+		e.run.steps = map[string]bool{}
 	}
-	e.steps[string(id)], e.lastFinish = true, info.Finish
+	e.run.steps[string(id)], e.run.lastFinish = true, info.Finish
 	tk := info.Tokens
 	t, step := &e.task, Usage{Input: tk.Input, Output: tk.Output, Reasoning: tk.Reasoning, CacheRead: tk.Cache.Read, CacheWrite: tk.Cache.Write, Cost: info.Cost}
-	if t.ResumeCount == 0 && len(e.steps) == 1 && t.FirstStep.IsZero() {
+	if t.ResumeCount == 0 && len(e.run.steps) == 1 && t.FirstStep.IsZero() {
 		t.FirstStep = step
 	}
 	t.Usage, t.RunUsage = t.Usage.Add(step), t.RunUsage.Add(step)
-	m.changedLocked(e)
+	return true
 }
 
 // stepInfo reads what stepLocked needs of a message.updated event's properties: scanned,
@@ -147,10 +147,10 @@ func stepInfo(props []byte) (scan.InfoFacts, bool) {
 	return scan.InfoFacts{Role: i.Role, Completed: i.Time.Completed, Finish: i.Finish, Tokens: i.Tokens, Cost: i.Cost}, true
 }
 
-// settleUsageLocked sets e's run usage to the sum of the completed steps of run, the run's own
+// settleUsage sets e's run usage to the sum of the completed steps of run, the run's own
 // messages oldest first, in place of the running figure; for a task's first run, its first
 // step is FirstStep.
-func (m *Manager) settleUsageLocked(e *entry, run []opencode.Message) {
+func (e *entry) settleUsage(run []opencode.Message) {
 	t := &e.task
 	var sum, first Usage
 	found := false
@@ -169,7 +169,7 @@ func (m *Manager) settleUsageLocked(e *entry, run []opencode.Message) {
 	if t.ResumeCount == 0 && found {
 		t.FirstStep = first
 	}
-	e.steps, e.lastFinish = nil, ""
+	e.run.steps, e.run.lastFinish = nil, ""
 }
 
 // runMessages returns the messages of run after its prompt (or its baseline), oldest first,
@@ -198,7 +198,7 @@ const (
 // when msgs do not reach the run's prompt.
 func (m *Manager) settleUsage(ctx context.Context, e *entry, rc int, msgs []opencode.Message) {
 	m.mu.Lock()
-	id, prompt, baseline := e.task.ID, e.task.PromptID, e.baseline
+	id, prompt, baseline := e.task.ID, e.task.PromptID, e.run.baseline
 	m.mu.Unlock()
 	run, whole := runMessages(msgs, prompt, baseline)
 	if !whole {
@@ -222,7 +222,7 @@ func (m *Manager) settleUsage(ctx context.Context, e *entry, rc int, msgs []open
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.task.ResumeCount == rc && e.task.Status.Active() {
-		m.settleUsageLocked(e, run)
+		e.settleUsage(run)
 	}
 }
 
@@ -257,29 +257,8 @@ func TreeUsage(tasks []Task, session string) Usage {
 func (m *Manager) TreeUsage(caller Caller) (Usage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.tasks.closed {
 		return Usage{}, ErrClosed
 	}
-	return m.treeUsageLocked(caller.SessionID), nil
-}
-
-// treeUsageLocked sums the usage of the tasks below session, those cleared included
-// (m.cleared).
-func (m *Manager) treeUsageLocked(session string) Usage {
-	var sum Usage
-	next := []string{session}
-	for depth := 0; len(next) > 0 && depth <= MaxNestingDepth; depth++ {
-		var below []string
-		for _, parent := range next {
-			sum = sum.Add(m.cleared[parent])
-			for _, id := range m.reg.Tasks(parent) {
-				if e := m.tasks[id]; e != nil {
-					sum = sum.Add(e.task.Usage)
-					below = append(below, id)
-				}
-			}
-		}
-		next = below
-	}
-	return sum
+	return m.tasks.treeUsage(caller.SessionID), nil
 }

@@ -13,35 +13,35 @@ type watchdog struct {
 	msg string
 }
 
-// expiredLocked reports whether e's run has passed its deadline, reached its budget or been
-// inactive for the stale timeout.
-func (m *Manager) expiredLocked(e *entry, now time.Time) (watchdog, bool) {
+// expired returns why e's run must be stopped at now, when it has passed its deadline, reached
+// its budget, or been inactive for stale (0: no stale timeout).
+func (e *entry) expired(now time.Time, stale time.Duration) (msg string, ok bool) {
 	t := &e.task
 	if t.Deadline > 0 && now.Sub(t.Started) >= t.Deadline {
-		return watchdog{e, t.ResumeCount, fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline)}, true
+		return fmt.Sprintf("deadline: the run took longer than its deadline of %v and was aborted", t.Deadline), true
 	}
-	if t.Budget.Reached(t.RunUsage) && e.lastFinish == "tool-calls" { // a run that ended anyway is decided, not aborted
-		return watchdog{e, t.ResumeCount, fmt.Sprintf("budget: the run used %s, reaching its budget of %s, and was aborted", t.RunUsage, t.Budget)}, true
+	if t.Budget.Reached(t.RunUsage) && e.run.lastFinish == "tool-calls" { // a run that ended anyway is decided, not aborted
+		return fmt.Sprintf("budget: the run used %s, reaching its budget of %s, and was aborted", t.RunUsage, t.Budget), true
 	}
-	if m.cfg.stale > 0 {
+	if stale > 0 {
 		last := t.Started
-		if e.active.After(last) {
-			last = e.active
+		if e.run.active.After(last) {
+			last = e.run.active
 		}
-		if idle := now.Sub(last); idle >= m.cfg.stale {
-			msg := fmt.Sprintf("stale: no activity for %v (stale timeout %v); the run was aborted", idle.Round(time.Second), m.cfg.stale)
-			if e.retry != "" {
-				msg += "; the session was retrying: " + e.retry
+		if idle := now.Sub(last); idle >= stale {
+			msg := fmt.Sprintf("stale: no activity for %v (stale timeout %v); the run was aborted", idle.Round(time.Second), stale)
+			if e.run.retry != "" {
+				msg += "; the session was retrying: " + e.run.retry
 			}
-			return watchdog{e, t.ResumeCount, msg}, true
+			return msg, true
 		}
 	}
-	return watchdog{}, false
+	return "", false
 }
 
 // expire aborts a run a watchdog fired for and ends it in error.
 func (m *Manager) expire(w watchdog) {
-	ctx, cancel := m.requestCtx()
+	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
 	if err := m.abortAs(ctx, w.e, w.rc, runEnd{StatusError, w.msg}); err != nil { // the next poll tries again
 		m.cfg.logger.Warn("asyncagents: abort on a watchdog", "task", w.e.task.ID, "err", err)
@@ -63,7 +63,7 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 		m.mu.Unlock()
 		return nil
 	}
-	e.aborting = &end
+	e.run.aborting = &end
 	id := e.task.ID
 	m.mu.Unlock()
 	ctx, cancel, err := m.leaseCtx(ctx, id)
@@ -74,7 +74,7 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 	if err != nil {
 		m.mu.Lock()
 		if e.task.ResumeCount == rc {
-			e.aborting = nil
+			e.run.aborting = nil
 		}
 		m.mu.Unlock()
 		return err

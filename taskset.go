@@ -1,0 +1,88 @@
+package asyncagents
+
+import (
+	"context"
+
+	"github.com/asyncagents/asyncagents/manager"
+)
+
+// taskSet is the Manager's tasks: by id, by parent session (launch order, display ids, id
+// prefixes: manager.Registry), and their batches, with what the tasks removed since New had
+// used. Guarded by Manager.mu.
+type taskSet struct {
+	byID    map[string]*entry
+	reg     manager.Registry
+	batches map[string]*batch // by batch id
+	open    map[string]string // parent → its batch with active tasks
+	cleared map[string]Usage  // parent → what its tasks removed since New had used
+	closed  bool              // the Manager was closed: operations return ErrClosed
+}
+
+func newTaskSet() taskSet {
+	return taskSet{byID: map[string]*entry{}, batches: map[string]*batch{}, open: map[string]string{}, cleared: map[string]Usage{}}
+}
+
+// batch counts the tasks of one batch: launched by one parent while another of its tasks
+// was active. Notifications report done/total.
+type batch struct {
+	total  int
+	active int
+}
+
+// has reports whether task id is here.
+func (s *taskSet) has(id string) bool { return s.byID[id] != nil }
+
+// batch returns batch id, created empty when it has none.
+func (s *taskSet) batch(id string) *batch {
+	b := s.batches[id]
+	if b == nil {
+		b = &batch{}
+		s.batches[id] = b
+	}
+	return b
+}
+
+// closeBatch ends the parent's open batch id when it has no active task left, and forgets
+// it when it is empty.
+func (s *taskSet) closeBatch(parent, id string, b *batch) {
+	if b.active == 0 && s.open[parent] == id {
+		delete(s.open, parent)
+	}
+	if b.total == 0 {
+		delete(s.batches, id)
+	}
+}
+
+// treeUsage sums the usage of the tasks below session, those cleared included.
+func (s *taskSet) treeUsage(session string) Usage {
+	var sum Usage
+	next := []string{session}
+	for depth := 0; len(next) > 0 && depth <= MaxNestingDepth; depth++ {
+		var below []string
+		for _, parent := range next {
+			sum = sum.Add(s.cleared[parent])
+			for _, id := range s.reg.Tasks(parent) {
+				if e := s.byID[id]; e != nil {
+					sum = sum.Add(e.task.Usage)
+					below = append(below, id)
+				}
+			}
+		}
+		next = below
+	}
+	return sum
+}
+
+// lockTask finds the caller's task id (see taskSet.lookup), taken over first from the host
+// that holds it when another does (hosts.pull), and returns it with m.mu held; on an error,
+// m.mu is not held. It is how an operation on one of the caller's tasks starts.
+func (m *Manager) lockTask(ctx context.Context, caller Caller, id string) (*entry, error) {
+	m.hosts.pull(ctx, caller, id)
+	m.mu.Lock()
+	e, err := m.tasks.lookup(caller, id)
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	return e, nil
+}
