@@ -54,7 +54,7 @@ func (m *Manager) applyLocked(ev runEvent) {
 			m.changedLocked(e)
 		}
 	case opencode.EventPermissionAsked:
-		m.permissionAskedLocked(e, PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns})
+		m.permissionAskedLocked(e, boundPermission(PendingPermission{ID: p.ID, Permission: p.Permission, Patterns: p.Patterns}))
 	case opencode.EventPermissionReplied:
 		e.task.Permission = nil
 		m.changedLocked(e)

@@ -39,7 +39,7 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 		e.run.aborting = nil
 	}
 	e.task.Status, e.task.Completed = st, m.bg.now()
-	e.task.Result, e.task.Error = result, errMsg
+	e.task.Result, e.task.Error = boundResult(result), boundError(errMsg)
 	m.mirrors.drop(e)
 	e.task.Permission = nil
 	if st == StatusCancelled {

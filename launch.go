@@ -178,9 +178,10 @@ func (in *LaunchInput) check() error {
 	if err := checkCaller(in.Caller); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"description", in.Description}, {"prompt", in.Prompt}, {"agent", in.Agent}} {
-		if strings.TrimSpace(f.v) == "" {
-			return fmt.Errorf("%w: %s is required", ErrInvalidInput, f.name)
+	for _, err := range []error{checkText("description", in.Description, MaxDescriptionChars, true),
+		checkText("prompt", in.Prompt, MaxPromptChars, false), checkText("agent", in.Agent, maxAgentName, true)} {
+		if err != nil {
+			return err
 		}
 	}
 	if _, err := parseModel(in.Model); err != nil {

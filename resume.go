@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -34,8 +33,8 @@ import (
 // send the prompt leaves the task in [StatusError] with the reason and returns it with the
 // error.
 func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) (Task, error) {
-	if strings.TrimSpace(prompt) == "" {
-		return Task{}, fmt.Errorf("%w: prompt is required to resume a task", ErrInvalidInput)
+	if err := checkText("prompt", prompt, MaxPromptChars, false); err != nil {
+		return Task{}, fmt.Errorf("resume: %w", err)
 	}
 	if err := m.begin(); err != nil {
 		return Task{}, err

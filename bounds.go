@@ -1,0 +1,76 @@
+package asyncagents
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/asyncagents/asyncagents/truncate"
+)
+
+// Bounds, in characters (Unicode code points), of what a task keeps and accepts. Text a
+// child or a provider controls (a result, an error, a permission request's patterns) is cut
+// to them when the task records it, so no record, save or text shown to a model carries more;
+// what a caller gives (a description, a prompt) longer than them is refused with
+// ErrInvalidInput.
+const (
+	// MaxDescriptionChars bounds LaunchInput.Description: a label of a few words, on one line.
+	MaxDescriptionChars = 200
+	// MaxPromptChars bounds a task's prompt and a follow-up's.
+	MaxPromptChars = 100_000
+	// MaxResultChars bounds Task.Result: a longer reply keeps its first 80% and last 20%
+	// around a marker saying how much was cut; the whole reply stays in the task's session
+	// (Output with FullSession reads it).
+	MaxResultChars = 100_000
+	// MaxErrorChars bounds Task.Error.
+	MaxErrorChars = 4_000
+	// MaxPermissionPatterns bounds the patterns a task shows of a pending permission
+	// request, and MaxPatternChars each of them.
+	MaxPermissionPatterns = 10
+	MaxPatternChars       = 200
+)
+
+// maxAgentName bounds an agent's name as a caller gives it.
+const maxAgentName = 100
+
+// boundResult cuts a run's reply to MaxResultChars.
+func boundResult(s string) string {
+	out, _ := truncate.Cut(s, MaxResultChars, truncate.HeadTail)
+	return out
+}
+
+// boundError cuts an error message to MaxErrorChars.
+func boundError(s string) string {
+	out, _ := truncate.Cut(s, MaxErrorChars, truncate.HeadTail)
+	return out
+}
+
+// boundPermission cuts a permission request as a task keeps it: at most
+// MaxPermissionPatterns patterns of at most MaxPatternChars characters, and its permission
+// name to MaxPatternChars.
+func boundPermission(p PendingPermission) PendingPermission {
+	p.Permission, _ = truncate.Prefix(p.Permission, MaxPatternChars)
+	if len(p.Patterns) > MaxPermissionPatterns {
+		p.Patterns = p.Patterns[:MaxPermissionPatterns:MaxPermissionPatterns]
+	}
+	out := make([]string, len(p.Patterns))
+	for i, pat := range p.Patterns {
+		out[i], _ = truncate.Prefix(pat, MaxPatternChars)
+	}
+	p.Patterns = out
+	return p
+}
+
+// checkText returns an error matching ErrInvalidInput when s, the field name of a caller's
+// input, is empty, longer than limit characters, or (with oneLine) holds a line break.
+func checkText(name, s string, limit int, oneLine bool) error {
+	switch n := utf8.RuneCountInString(s); {
+	case strings.TrimSpace(s) == "":
+		return fmt.Errorf("%w: %s is required", ErrInvalidInput, name)
+	case n > limit:
+		return fmt.Errorf("%w: %s has %d characters, at most %d", ErrInvalidInput, name, n, limit)
+	case oneLine && strings.ContainsAny(s, "\r\n"):
+		return fmt.Errorf("%w: %s must be one line", ErrInvalidInput, name)
+	}
+	return nil
+}
