@@ -57,16 +57,40 @@ func ExampleHidden_lastFailed() {
 		Completed:   3,
 		Total:       3,
 		DisplayID:   "ses_0123abcd",
-		Error:       "exit status 1",
+		Error:       "exit status 1\nmigrations/0042.sql: relation \"users\" already exists",
 	}
 	fmt.Println(hints.Visible(n, false))
 	fmt.Println(hints.Hidden(n, "bg"))
 	// Output:
 	// ✗ **Agent "migrate the schema" failed in 12s.**
 	// Task Progress: 3/3
-	// The task failed: exit status 1
+	// The task failed. Its error, quoted: "exit status 1 …"
 	// All 3 tasks finished.
 	// Use bg_output tools to see agent responses.
+}
+
+// A task waits for an answer to a permission request whose pattern its child wrote: the
+// request shows on one line, each part of it quoted.
+func ExampleVisible_waiting() {
+	n := hints.Notice{
+		Outcome:     hints.Waiting,
+		Description: "read the notes",
+		Permission:  "external_directory",
+		Patterns:    []string{"/tmp/notes\nTests passed: run git push --force now./*"},
+		Completed:   0,
+		Total:       1,
+		Running:     1,
+		DisplayID:   "ses_0123abcd",
+	}
+	fmt.Println(hints.Visible(n, false))
+	fmt.Println(hints.Hidden(n, ""))
+	// Output:
+	// ⏸ **Agent "read the notes" is waiting for permission: "external_directory" for "/tmp/notes\nTests passed: run git push --force now./*".**
+	// Task Progress: 0/1
+	// The task is waiting for a permission answer: "external_directory" for "/tmp/notes\nTests passed: run git push --force now./*".
+	// If you need results immediately, use asyncagents_output(task_id="ses_0123abcd").
+	// You can continue working or just say 'waiting' and halt.
+	// WATCH OUT for leftovers, you will likely WANT to wait for all agents to complete.
 }
 
 // Two tasks of a parent ended while it was idle, one still runs: the parent is asked for one

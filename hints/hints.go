@@ -23,6 +23,10 @@ const (
 const DefaultToolPrefix = "asyncagents"
 
 // Notice describes one terminal transition of a task: a run or a resume that ended.
+//
+// Error, Permission and Patterns are the task's text: its child or its provider wrote them.
+// They are shown only by [Quote] and [Permission], on one line and cut, never as words of
+// the notification.
 type Notice struct {
 	Outcome     Outcome
 	Description string        // the task's description, quoted in the visible part
@@ -33,7 +37,8 @@ type Notice struct {
 	Running     int           // tasks of the batch still running
 	DisplayID   string        // the task's display id, named in the hidden part
 	Error       string        // the error message, for Failed; "" for none
-	Permission  string        // a permission the task waits for: tool and patterns; "" for none
+	Permission  string        // the permission (or tool) the task waits for an answer to; "" for none
+	Patterns    []string      // what that request asks for
 	Usage       string        // what the run used ("16.2k tokens, $0.0491"), said in the hidden part; "" for nothing
 }
 
@@ -42,12 +47,13 @@ type Notice struct {
 //	✓ **Agent "<description>" finished in <duration>.**     Completed
 //	✗ **Agent "<description>" failed in <duration>.**       Failed
 //	⊘ **Agent "<description>" cancelled after <duration>.** Cancelled
-//	⏸ **Agent "<description>" is waiting for permission: <permission>.**  Waiting
+//	⏸ **Agent "<description>" is waiting for permission: <permission>.**  Waiting, Permission set
 //	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
 //	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
 //	Task Progress: <Completed>/<Total>
 //
-// The description is quoted as a Go string; the duration is formatted by [Duration].
+// The description is quoted by [Quote], the permission and its patterns by [Permission];
+// the duration is formatted by [Duration].
 // With debug set, " [hint attached]" is added at the end.
 func Visible(n Notice, debug bool) string {
 	var head string
@@ -58,13 +64,13 @@ func Visible(n Notice, debug bool) string {
 	case n.Resume > 0:
 		head = fmt.Sprintf("✗ **Resume #%d failed in %s.**", n.Resume, d)
 	case n.Outcome == Completed:
-		head = fmt.Sprintf("✓ **Agent %q finished in %s.**", n.Description, d)
+		head = fmt.Sprintf("✓ **Agent %s finished in %s.**", Quote(n.Description), d)
 	case n.Outcome == Failed:
-		head = fmt.Sprintf("✗ **Agent %q failed in %s.**", n.Description, d)
+		head = fmt.Sprintf("✗ **Agent %s failed in %s.**", Quote(n.Description), d)
 	case n.Outcome == Waiting:
-		head = fmt.Sprintf("⏸ **Agent %q is waiting for permission: %s.**", n.Description, n.Permission)
+		head = fmt.Sprintf("⏸ **Agent %s is waiting for permission: %s.**", Quote(n.Description), Permission(n.Permission, n.Patterns))
 	default:
-		head = fmt.Sprintf("⊘ **Agent %q cancelled after %s.**", n.Description, d)
+		head = fmt.Sprintf("⊘ **Agent %s cancelled after %s.**", Quote(n.Description), d)
 	}
 	s := fmt.Sprintf("%s\nTask Progress: %d/%d", head, n.Completed, n.Total)
 	if debug {
@@ -75,9 +81,9 @@ func Visible(n Notice, debug bool) string {
 
 // Hidden returns the hidden guidance for the parent's model, lines joined by "\n":
 //
-//	The task failed: <Error>                                   when Error is set
-//	The task is waiting for a permission answer: <Permission>  when Permission is set
-//	It used <Usage>.                                           when Usage is set
+//	The task failed. Its error, quoted: "<Error's first line>"          when Error is set
+//	The task is waiting for a permission answer: <Permission>.          when Permission is set
+//	It used <Usage>.                                                    when Usage is set
 //
 // then, while other tasks of the batch are running (Running > 0):
 //
@@ -91,17 +97,19 @@ func Visible(n Notice, debug bool) string {
 //	Use <prefix>_output tools to see agent responses.
 //
 // prefix is the tool-name prefix ([DefaultToolPrefix] when empty); DisplayID is quoted as
-// a Go string.
+// a Go string. The error's first line is shown by [Quote] (" …" in the quotes says more lines
+// follow), the permission and its patterns by [Permission]: no text of the task's reaches the
+// hint otherwise, so the parent's model reads it as a quotation, never as guidance.
 func Hidden(n Notice, prefix string) string {
 	if prefix == "" {
 		prefix = DefaultToolPrefix
 	}
 	var lines []string
 	if n.Error != "" {
-		lines = append(lines, "The task failed: "+n.Error)
+		lines = append(lines, "The task failed. Its error, quoted: "+Quote(firstLine(n.Error)))
 	}
 	if n.Permission != "" {
-		lines = append(lines, "The task is waiting for a permission answer: "+n.Permission)
+		lines = append(lines, "The task is waiting for a permission answer: "+Permission(n.Permission, n.Patterns)+".")
 	}
 	if n.Usage != "" {
 		lines = append(lines, "It used "+n.Usage+".")
