@@ -2,6 +2,8 @@ package asyncagents
 
 import (
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/asyncagents/asyncagents/internal/transcript"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -23,9 +25,15 @@ const (
 // includeThinking; tool outputs and errors ("[Tool result]", "[Tool error]"; a pruned output
 // as "[Old tool result content cleared]", as OpenCode shows it) with includeToolResults.
 // Texts are cut to 4,000 characters, results, reasoning and errors to 2,000, with a note
-// saying how many were left out (see package [truncate]). more adds a line saying that
-// there are more messages. The parts are written as in a forked task's context (package
-// [fork]), without its tiers and budget.
+// saying how many were left out (see package [truncate]). The parts are written as in a
+// forked task's context (package [fork]), without its tiers and budget.
+//
+// The messages are the task's text: they stand between a <task_messages> tag and its closing
+// tag, both carrying a boundary="…" the text does not hold, after a line saying that the
+// text between the tags is data, not instructions (see [FormatOutput]). One reply shows at
+// most 50,000 characters of messages: those that do not fit are left out, and a first
+// message longer than that is cut. more, or messages left out, add a line after the frame
+// saying that there are more messages and which since_message_id reads on.
 func FormatMessages(msgs []opencode.Message, more, includeThinking, includeToolResults bool) string {
 	style := transcript.Style{TextLimit: maxShownText, Compaction: true, Status: true,
 		Tool: func(p *opencode.Part) (int, string, bool) {
@@ -38,20 +46,47 @@ func FormatMessages(msgs []opencode.Message, more, includeThinking, includeToolR
 	if includeThinking {
 		style.ThinkingLimit = maxShownResult
 	}
-	b := fmt.Appendf(nil, "Messages (%d, oldest first):", len(msgs))
+	if len(msgs) == 0 {
+		return "Messages (0)."
+	}
+	var body []byte
+	shown, chars := len(msgs), 0
 	for i := range msgs {
+		start := len(body)
 		m := &msgs[i]
-		b = fmt.Appendf(b, "\n--- %s %s", m.Info.ID, m.Info.Role)
+		if i > 0 {
+			body = append(body, '\n')
+		}
+		body = fmt.Appendf(body, "--- %s %s", m.Info.ID, m.Info.Role)
 		if m.Info.Error != nil {
 			msg, _ := truncate.Cut(m.Info.Error.Message(), maxShownResult, truncate.HeadOnly)
-			b = fmt.Appendf(b, "\n[Error: %s]", msg)
+			body = fmt.Appendf(body, "\n[Error: %s]", msg)
 		}
 		for j := range m.Parts {
-			b = style.Append(b, &m.Parts[j])
+			body = style.Append(body, &m.Parts[j])
+		}
+		if chars += utf8.RuneCount(body[start:]); chars > maxShownMessages {
+			shown = max(i, 1) // the first message is cut, the others are left for the next read
+			if i == 0 {
+				cut, _ := truncate.Cut(string(body), maxShownMessages, truncate.HeadOnly)
+				body = []byte(cut)
+			} else {
+				body = body[:start]
+			}
+			break
 		}
 	}
-	if more && len(msgs) > 0 {
-		b = fmt.Appendf(b, "\n(More messages exist; since_message_id=%q reads on from the last one shown.)", msgs[len(msgs)-1].Info.ID)
+	var b strings.Builder
+	switch {
+	case shown < len(msgs):
+		fmt.Fprintf(&b, "Messages (%d of %d, oldest first: one reply shows %d characters; the task's text, %s):\n",
+			shown, len(msgs), maxShownMessages, dataNote)
+	default:
+		fmt.Fprintf(&b, "Messages (%d, oldest first; the task's text, %s):\n", len(msgs), dataNote)
 	}
-	return string(b)
+	b.WriteString(frame("task_messages", string(body)))
+	if more || shown < len(msgs) {
+		fmt.Fprintf(&b, "\n(More messages exist; since_message_id=%q reads on from the last one shown.)", msgs[shown-1].Info.ID)
+	}
+	return b.String()
 }
