@@ -3,14 +3,14 @@ package asyncagents
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/asyncagents/asyncagents/opencode"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // agentsTTL is how long the server's agent list is trusted; an agent not in it is checked
@@ -22,57 +22,73 @@ const agentsTTL = 30 * time.Second
 const maxAgentLists = 64
 
 // agentCache is the part of the Manager that knows the servers' agents: per directory, the
-// visible agents as of a moment, and the one request in flight per directory. Guarded by mu,
-// not Manager.mu.
+// agents as of a moment (with their modes and permission rules), and the one request in
+// flight per directory. Guarded by mu, not Manager.mu.
 type agentCache struct {
 	mu    sync.Mutex
 	lists map[string]agentList
 	once  singleflight.Group
 }
 
-// agentList is the visible agents of one instance, sorted, as of at.
+// agentList is the agents of one instance, by name, as of at.
 type agentList struct {
-	names []string
-	at    time.Time
+	byName map[string]opencode.Agent
+	at     time.Time
 }
 
-// check verifies the agent name against GET /agent of dir's instance, as client answers it
-// (hidden agents do not count; a project may define its own). Each directory's list is cached
-// for agentsTTL by clock; concurrent launches share one request. It returns an error matching
-// ErrUnknownAgent, which names the known agents, or the client's error.
-func (ac *agentCache) check(ctx context.Context, client opencode.Client, clock Clock, dir, name string) error {
+// get returns the agent name of dir's instance (GET /agent, as client answers it) and
+// whether the instance has it. Each directory's list is cached for agentsTTL by clock; a name
+// not in the cached list is looked up in a fresh one; concurrent callers share one request.
+func (ac *agentCache) get(ctx context.Context, client opencode.Client, clock Clock, dir, name string) (opencode.Agent, bool, error) {
 	ac.mu.Lock()
 	l := ac.lists[dir]
 	ac.mu.Unlock()
-	if clock.Now().Sub(l.at) < agentsTTL && slices.Contains(l.names, name) {
-		return nil
+	if a, ok := l.byName[name]; ok && clock.Now().Sub(l.at) < agentsTTL {
+		return a, true, nil
 	}
 	v, err, _ := ac.once.Do(dir, func() (any, error) {
 		agents, err := client.Agents(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
-		var names []string
+		l := agentList{byName: make(map[string]opencode.Agent, len(agents)), at: clock.Now()}
 		for _, a := range agents {
-			if !a.Hidden {
-				names = append(names, a.Name)
-			}
+			l.byName[a.Name] = a
 		}
-		sort.Strings(names)
 		ac.mu.Lock()
 		if ac.lists == nil || len(ac.lists) >= maxAgentLists {
 			ac.lists = map[string]agentList{}
 		}
-		ac.lists[dir] = agentList{names: names, at: clock.Now()}
+		ac.lists[dir] = l
 		ac.mu.Unlock()
-		return names, nil
+		return l, nil
 	})
 	if err != nil {
-		return fmt.Errorf("asyncagents: list agents: %w", err)
+		return opencode.Agent{}, false, fmt.Errorf("asyncagents: list agents: %w", err)
 	}
-	known := v.([]string)
-	if slices.Contains(known, name) {
-		return nil
+	a, ok := v.(agentList).byName[name]
+	return a, ok, nil
+}
+
+// check returns the visible agent name of dir's instance (hidden agents do not count; a
+// project may define its own), or an error matching ErrUnknownAgent that names the visible
+// ones, or the client's error.
+func (ac *agentCache) check(ctx context.Context, client opencode.Client, clock Clock, dir, name string) (opencode.Agent, error) {
+	a, ok, err := ac.get(ctx, client, clock, dir, name)
+	if err != nil {
+		return opencode.Agent{}, err
 	}
-	return fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
+	if ok && !a.Hidden {
+		return a, nil
+	}
+	ac.mu.Lock()
+	var known []string
+	for _, a := range ac.lists[dir].byName {
+		if !a.Hidden {
+			known = append(known, a.Name)
+		}
+	}
+	ac.mu.Unlock()
+	sort.Strings(known)
+	return opencode.Agent{}, fmt.Errorf("%w: %s (known agents: %s)", ErrUnknownAgent, echo(name), strings.Join(known, ", "))
 }

@@ -17,14 +17,14 @@ func TestAgentCache(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1000, 0))
 	var ac agentCache
 	ctx := t.Context()
-	if err := ac.check(ctx, f, clock, "/p", "general"); err != nil {
-		t.Fatal(err)
+	if a, err := ac.check(ctx, f, clock, "/p", "general"); err != nil || a.Name != "general" {
+		t.Fatal(a, err)
 	}
-	err := ac.check(ctx, f, clock, "/p", "nope")
+	_, err := ac.check(ctx, f, clock, "/p", "nope")
 	if !errors.Is(err, ErrUnknownAgent) {
 		t.Fatalf("unknown agent: %v", err)
 	}
-	if len(ac.lists) != 1 || len(ac.lists["/p"].names) == 0 {
+	if len(ac.lists) != 1 || len(ac.lists["/p"].byName) == 0 {
 		t.Errorf("cached lists: %+v", ac.lists)
 	}
 }

@@ -173,14 +173,13 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 // restoreTask records one stored task (nil for a duplicate id), counts it in its batch and
 // its limits, and queues it for a read when it is active.
 func (m *Manager) restoreTask(t Task) *entry {
-	if !m.tasks.reg.Add(t.ParentSessionID, t.ID) {
+	e := &entry{task: t, done: make(chan struct{})}
+	if !m.tasks.add(e) {
 		return nil
 	}
-	e := &entry{task: t, done: make(chan struct{})}
 	if t.Status.Terminal() {
 		close(e.done)
 	}
-	m.tasks.byID[t.ID] = e
 	b := m.tasks.batch(t.BatchID)
 	b.total++
 	if !t.Status.Terminal() {

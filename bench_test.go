@@ -1361,6 +1361,14 @@ func (s *leanServer) Permissions(context.Context, string) ([]opencode.Permission
 	return nil, nil
 }
 
+func (s *leanServer) UpdateSession(context.Context, string, opencode.UpdateSessionRequest) (*opencode.Session, error) {
+	return nil, errors.New("leanServer: no UpdateSession")
+}
+
+func (s *leanServer) DeleteSession(context.Context, string) error {
+	return errors.New("leanServer: no DeleteSession")
+}
+
 func (s *leanServer) ForkSession(context.Context, string, opencode.ForkSessionRequest) (*opencode.Session, error) {
 	return nil, errors.New("leanServer: no fork")
 }

@@ -92,7 +92,7 @@ func (m *Manager) overBudgetLocked(parent string) error {
 		if e == nil {
 			break
 		}
-		s = e.task.ParentSessionID
+		s = e.task.anchor()
 	}
 	return nil
 }

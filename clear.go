@@ -104,23 +104,18 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 // removeLocked forgets a task; a blocked Output on it returns at once. It returns the queued
 // tasks that can start in the slot it freed (see startQueued).
 func (m *Manager) removeLocked(e *entry) []*entry {
-	id := e.task.ID
 	if !e.hold.lost { // a task another host holds now is not removed: the feed shows it from there
 		m.publishLocked(e, true)
 	}
-	delete(m.tasks.byID, id)
+	m.tasks.remove(e)
 	m.recon.forget(e)
 	m.mirrors.drop(e)
-	m.tasks.reg.Remove(id)
 	e.removed = true
-	if !e.task.Usage.IsZero() { // still spent: it counts in its parent's tree (budget.go)
-		m.tasks.cleared[e.task.ParentSessionID] = m.tasks.cleared[e.task.ParentSessionID].Add(e.task.Usage)
-	}
 	if b := m.tasks.batches[e.task.BatchID]; b != nil {
 		b.total--
 		if !e.task.Status.Terminal() {
 			b.active--
-			m.slots.unreserve(e.task.ParentSessionID)
+			m.slots.unreserve(e.task.ParentSessionID, e.task.AnchorSessionID)
 		}
 		m.tasks.closeBatch(e.task.ParentSessionID, e.task.BatchID, b)
 	}

@@ -125,7 +125,8 @@
 //	operation            errors
 //	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
 //	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent,
-//	                     ErrNestingDepth, ErrTaskLimit, ErrBudget, ErrClosed;
+//	                     ErrPermissionDenied, ErrNestingDepth, ErrTaskLimit, ErrBudget,
+//	                     ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput (also an unknown SinceMessageID, checked before

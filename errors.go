@@ -36,6 +36,10 @@ var (
 	// ErrTaskLimit: the caller session has as many active tasks as WithMaxActivePerParent
 	// allows; one must end (or be cancelled) first.
 	ErrTaskLimit = errors.New("asyncagents: too many active tasks")
+	// ErrPermissionDenied: the caller's permission rules do not let it launch a task with
+	// that agent (as they would not let OpenCode's own task tool), or the agent is a primary
+	// agent other than the caller's own.
+	ErrPermissionDenied = errors.New("asyncagents: permission denied")
 	// ErrBudget: the caller session's tasks, with theirs, used what WithTreeBudget allows;
 	// the message says how much.
 	ErrBudget = errors.New("asyncagents: over budget")

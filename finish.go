@@ -51,7 +51,7 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 		b.active--
 		m.tasks.closeBatch(e.task.ParentSessionID, e.task.BatchID, b)
 	}
-	m.slots.unreserve(e.task.ParentSessionID)
+	m.slots.unreserve(e.task.ParentSessionID, e.task.AnchorSessionID)
 	if m.cfg.notify {
 		m.notifyLocked(e)
 	}

@@ -59,8 +59,10 @@ const nativeFraming = "You are a background task started from a copy of the conv
 // baseline of the task's first run. Without a caller message the server knows (read with
 // GET /session/{id}/message/{messageID}), the cut is before the caller's newest message when
 // that is a step still running (the one calling the tool), so the copy holds no step cut
-// short; otherwise the copy is whole.
-func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string) (*opencode.Session, string, error) {
+// short; otherwise the copy is whole. OpenCode's fork copies none of the caller's permission
+// rules and takes none: rules are added to the copy (PATCH /session/{id}) before anything
+// runs in it; when that fails, the copy is deleted.
+func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string, rules []opencode.PermissionRule) (*opencode.Session, string, error) {
 	cut := in.Caller.MessageID
 	if cut != "" {
 		if _, err := m.client.Message(ctx, in.Caller.SessionID, cut); errors.Is(err, opencode.ErrNotFound) {
@@ -82,6 +84,12 @@ func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string) (*o
 	sess, err := m.client.ForkSession(ctx, in.Caller.SessionID, opencode.ForkSessionRequest{MessageID: cut, Directory: dir})
 	if err != nil {
 		return nil, "", fmt.Errorf("asyncagents: fork the caller session: %w", err)
+	}
+	if len(rules) > 0 {
+		if _, err := m.client.UpdateSession(ctx, sess.ID, opencode.UpdateSessionRequest{Permission: rules, Directory: dir}); err != nil {
+			m.deleteSession(sess.ID)
+			return nil, "", fmt.Errorf("asyncagents: set the fork's permission rules: %w", err)
+		}
 	}
 	last, err := m.client.Messages(ctx, sess.ID, 1)
 	if err != nil {

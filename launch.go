@@ -76,20 +76,37 @@ func parseModel(s string) (*opencode.Model, error) {
 // full: its session exists (and has the parent's context, for a fork), and its prompt is sent
 // when a slot frees.
 //
+// A task never has more rights than its caller. Its agent must be one the caller may launch
+// as OpenCode's own task tool would let it: the task permission, with the agent's name as the
+// pattern, is evaluated against the rules of the caller's agent (Caller.Agent) and then of the
+// caller's session, and must not be deny or ask; a primary agent (build, plan) may run only
+// when it is the caller's own. The task's session gets the caller's restrictions: the deny
+// rules of its agent and of its session, and its session's external_directory rules; at the
+// deepest level of [WithNestingDepth], the tools that launch tasks (every bridge's "*_task",
+// this Manager's "<prefix>_*", and OpenCode's task) are denied too. A caller the Manager does
+// not know (OpenCode's own subagent, or a session under a native fork) counts, for depth,
+// [WithMaxActivePerParent] and [WithTreeBudget], under the nearest session above it that is a
+// task or has tasks (Task.AnchorSessionID), found through its parentID chain.
+//
 // Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
-// [ErrInvalidInput] (an empty description, prompt, agent or caller session, a malformed
-// model, or a caller session the server does not know), [ErrNestingDepth], [ErrTaskLimit]
-// (the caller has [WithMaxActivePerParent] active tasks), [ErrBudget] (the caller's tasks,
-// or those of a session above it, used [WithTreeBudget]), [ErrUnknownAgent] (the message
-// names the known agents), [ErrClosed]. It reads the caller session (GET /session/{id}) and
-// checks the agent against its directory's (GET /agent?directory=). A launch right after
-// [New] then waits until the Manager's first attempt to open the event stream is over (at most
-// [QuickRequestTimeout]), so that the stream follows the task's run from its start. Then it
-// creates the child session in the caller's directory (POST /session?directory=, with the caller's
-// session as parentID, the title "Background: <description>" or
-// "Background (forked): <description>", and a rule denying the LLM tools at the deepest
-// level of [WithNestingDepth]; a native fork ([ForkNative]) is instead OpenCode's copy of
-// the caller, POST /session/{id}/fork?directory=); for a fork it reads the caller's messages newest first
+// [ErrInvalidInput] (an empty description, prompt, agent or caller session, a description
+// longer than [MaxDescriptionChars] or of more than one line, a prompt longer than
+// [MaxPromptChars], a malformed model, or a caller session the server does not know),
+// [ErrNestingDepth], [ErrTaskLimit] (the caller, or the session it counts under, has
+// [WithMaxActivePerParent] active tasks), [ErrBudget] (the caller's tasks, or those of a
+// session above it, used [WithTreeBudget]), [ErrUnknownAgent] (the message names the known
+// agents), [ErrPermissionDenied] (the caller may not launch that agent), [ErrClosed]. It reads
+// the caller session (GET /session/{id}), and the sessions above it when the Manager does not
+// know it, and checks the agent against its directory's (GET /agent?directory=). A launch
+// right after [New] then waits until the Manager's first attempt to open the event stream is
+// over (at most [QuickRequestTimeout]), so that the stream follows the task's run from its
+// start. Then it creates the child session in the caller's directory
+// (POST /session?directory=, with the caller's session as parentID, the title
+// "Background: <description>" or "Background (forked): <description>", and the rules above);
+// a native fork ([ForkNative]) is instead OpenCode's copy of the caller,
+// POST /session/{id}/fork?directory=, which gets the rules with PATCH /session/{id} (at the
+// deepest level it is still shown the launch tools, its caller's tool list, so that the
+// prompt cache holds, and its calls of them are refused); for a fork it reads the caller's messages newest first
 // (GET /session/{id}/message?limit=…&before=…), only as far back as the child's context
 // reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline
 // and sends the result as a synthetic part without reply (POST /session/{id}/message with
@@ -111,14 +128,18 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, err
 	}
 	defer m.ops.Done()
-	depth, err := m.depth(in.Caller.SessionID)
+	caller, err := m.client.GetSession(ctx, in.Caller.SessionID)
+	if err != nil {
+		return Task{}, callerErr(in.Caller.SessionID, err)
+	}
+	at, err := m.place(ctx, caller)
 	if err != nil {
 		return Task{}, err
 	}
 	m.mu.Lock()
-	err = m.overBudgetLocked(in.Caller.SessionID)
+	err = m.overBudgetLocked(at.anchor)
 	if err == nil {
-		err = m.slots.reserve(in.Caller.SessionID)
+		err = m.slots.reserve(in.Caller.SessionID, at.anchor)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -128,26 +149,26 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	defer func() {
 		if e == nil { // the launch failed before its task counted
 			m.mu.Lock()
-			m.slots.unreserve(in.Caller.SessionID)
+			m.slots.unreserve(in.Caller.SessionID, at.anchor)
 			m.mu.Unlock()
 		}
 	}()
-	plan, err := m.planLaunch(ctx, in)
+	plan, err := m.planLaunch(ctx, in, caller, at)
 	if err != nil {
 		return Task{}, err
 	}
 	var sess *opencode.Session
 	if plan.mode == ForkNative {
-		sess, plan.baseline, err = m.forkChild(ctx, in, plan.parent.Directory)
+		sess, plan.baseline, err = m.forkChild(ctx, in, plan.parent.Directory, plan.rules)
 	} else {
-		sess, err = m.createChild(ctx, in, plan.parent.Directory, depth)
+		sess, err = m.createChild(ctx, in, plan.parent.Directory, plan.rules)
 	}
 	if err != nil {
 		return Task{}, err
 	}
 	start := false
-	if e, start, err = m.register(in, sess, plan, depth); err != nil {
-		return Task{}, err
+	if e, start, err = m.register(in, sess, plan); err != nil {
+		return Task{}, err // e, when set, was counted and taken back
 	}
 	if plan.injection != "" {
 		if err := m.injectContext(ctx, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
@@ -197,27 +218,44 @@ func (in *LaunchInput) check() error {
 }
 
 // launchPlan is what a launch learned from the server before creating anything: the parent
-// session and, for a fork, the context to inject.
+// session, where the task counts, its session's permission rules and, for a fork, the context
+// to inject.
 type launchPlan struct {
 	parent    *opencode.Session
+	at        placement
+	rules     []opencode.PermissionRule
 	injection string
 	stats     *fork.Stats
 	mode      ForkMode // for a fork: the mode used
 	baseline  string   // a native fork's newest copied message
 }
 
-// planLaunch reads the caller session (GET /session/{id}), checks the agent against its
-// directory's agents, and for a fork runs the pipeline on the caller's messages, newest first,
-// only as far back as the child's context reaches.
-func (m *Manager) planLaunch(ctx context.Context, in LaunchInput) (launchPlan, error) {
-	parent, err := m.client.GetSession(ctx, in.Caller.SessionID)
+// planLaunch checks the agent against the caller's directory's agents (GET /agent) and the
+// caller's rights to launch it, works out the task session's permission rules, and for a
+// fork runs the pipeline on the caller's messages, newest first, only as far back as the
+// child's context reaches.
+func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *opencode.Session, at placement) (launchPlan, error) {
+	agent, err := m.agents.check(ctx, m.client, m.bg.clock, parent.Directory, in.Agent)
 	if err != nil {
-		return launchPlan{}, callerErr(in.Caller.SessionID, err)
-	}
-	if err := m.agents.check(ctx, m.client, m.bg.clock, parent.Directory, in.Agent); err != nil {
 		return launchPlan{}, err
 	}
-	plan := launchPlan{parent: parent}
+	var callerAgent *opencode.Agent
+	if in.Caller.Agent != "" {
+		if a, ok, err := m.agents.get(ctx, m.client, m.bg.clock, parent.Directory, in.Caller.Agent); err != nil {
+			return launchPlan{}, err
+		} else if ok {
+			callerAgent = &a
+		}
+	}
+	if err := checkTaskAgent(callerAgent, parent.Permission, agent); err != nil {
+		return launchPlan{}, err
+	}
+	plan := launchPlan{parent: parent, at: at}
+	if callerAgent != nil {
+		plan.rules = inheritedRules(callerAgent.Permission, parent.Permission)
+	} else {
+		plan.rules = inheritedRules(nil, parent.Permission)
+	}
 	if in.Fork {
 		r, err := m.cfg.pipeline.RunPages(ctx, fork.SessionPages(m.client, in.Caller.SessionID))
 		if err != nil {
@@ -228,18 +266,22 @@ func (m *Manager) planLaunch(ctx context.Context, in LaunchInput) (launchPlan, e
 			plan.injection, plan.mode = "", ForkNative
 		}
 	}
+	if at.depth >= m.cfg.nestingDepth {
+		plan.rules = append(plan.rules, deepestRules(m.cfg.toolPrefix, plan.mode != ForkNative)...)
+	}
 	return plan, nil
 }
 
-// createChild creates the task's session in dir (POST /session?directory=).
-func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, depth int) (*opencode.Session, error) {
+// createChild creates the task's session in dir with the permission rules rules
+// (POST /session?directory=).
+func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, rules []opencode.PermissionRule) (*opencode.Session, error) {
 	title := "Background: " + in.Description
 	if in.Fork {
 		title = "Background (forked): " + in.Description
 	}
 	m.mirrors.awaitStream(ctx, m.bg.quickTimeout(), m.bg.stopc)
 	sess, err := m.client.CreateSession(ctx, opencode.CreateSessionRequest{
-		Directory: dir, ParentID: in.Caller.SessionID, Title: title, Permission: m.childRules(depth),
+		Directory: dir, ParentID: in.Caller.SessionID, Title: title, Permission: rules,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("asyncagents: create task session: %w", err)
@@ -252,7 +294,7 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, d
 // becomes its count. It is running, unless its concurrency limit is full: then it is queued
 // and starts when a slot frees. A fork is queued until its context is in its session
 // (takeSlot). start reports whether Launch sends the prompt now.
-func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan, depth int) (e *entry, start bool, err error) {
+func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan) (e *entry, start bool, err error) {
 	status := StatusRunning
 	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
 		status = StatusQueued // until slots.take says it may start
@@ -261,11 +303,11 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.hosts.server(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
-		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: depth,
+		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: plan.at.depth, AnchorSessionID: anchorOf(in.Caller.SessionID, plan.at.anchor),
 		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
 	}}
 	m.mu.Lock()
-	if !m.tasks.reg.Add(in.Caller.SessionID, sess.ID) { // the server handed out an id twice
+	if !m.tasks.add(e) { // the server handed out an id twice
 		m.mu.Unlock()
 		return nil, false, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
 	}
@@ -285,7 +327,6 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	b := m.tasks.batch(e.task.BatchID)
 	b.total++
 	b.active++
-	m.tasks.byID[sess.ID] = e
 	start = status == StatusRunning
 	if !start && plan.injection == "" && m.slots.take(e) { // else it waits in the queue
 		e.task.Status, start = StatusRunning, true
@@ -293,8 +334,30 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	m.mirrors.start(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
-	m.persist(e)
+	if err := m.persist(e); err != nil {
+		// Not stored: a host that stopped now would leave a task no one knows of. It is
+		// taken back (its count and slot with it) before anything runs in its session.
+		var start []*entry
+		m.mu.Lock()
+		if !e.removed { // a lost lease's save dropped it already
+			start = m.removeLocked(e)
+		}
+		m.mu.Unlock()
+		m.startQueued(start)
+		m.deleteSession(sess.ID)
+		return e, false, fmt.Errorf("asyncagents: the task could not be recorded, so it was not started; try again later: %w", err)
+	}
 	return e, start, nil
+}
+
+// deleteSession deletes a task session that nothing runs in (DELETE /session/{id}); a
+// failure is logged.
+func (m *Manager) deleteSession(id string) {
+	ctx, cancel := m.bg.requestCtx()
+	defer cancel()
+	if err := m.client.DeleteSession(ctx, id); err != nil {
+		m.cfg.logger.Warn("asyncagents: delete a task session", "session", id, "err", err)
+	}
 }
 
 // takeSlot reports whether the run of e, a fork whose context is in its session now, may
@@ -331,25 +394,50 @@ func (m *Manager) failLaunch(e *entry, rc int, err error) (Task, error) {
 	return m.snapshot(e), err
 }
 
-// depth returns the depth of a task launched for the caller session, or ErrNestingDepth.
-func (m *Manager) depth(caller string) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	d := 1
-	if p := m.tasks.byID[caller]; p != nil {
-		d = max(p.task.Depth, 1) + 1
-	}
-	if d > m.cfg.nestingDepth {
-		return 0, fmt.Errorf("%w: the caller is a task at depth %d and tasks may nest %d deep", ErrNestingDepth, d-1, m.cfg.nestingDepth)
-	}
-	return d, nil
+// placement is where a launch counts: anchor is the session whose per-parent cap and tree
+// budget it counts under, depth its nesting depth.
+type placement struct {
+	anchor string
+	depth  int
 }
 
-// childRules are the permission rules of a task session at depth: the deepest may not use
-// the LLM tools.
-func (m *Manager) childRules(depth int) []opencode.PermissionRule {
-	if depth < m.cfg.nestingDepth {
-		return nil
+// place works out where a launch by caller (its session, as the server gave it) counts. A
+// caller the Manager does not know (OpenCode's own subagent, say, or a session its native fork
+// started) is attributed through its parentID chain (GET /session/{id} for each step) to the
+// nearest session above it that is a task (the launch nests under it) or has tasks (it counts
+// there), so that no session under a task or a parent escapes its depth, cap or budget; with
+// none above it, it counts under itself. It returns an error matching ErrNestingDepth when the
+// task would nest deeper than WithNestingDepth allows.
+func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placement, error) {
+	at := placement{anchor: caller.ID, depth: 1}
+	for s, hops := caller, 0; ; hops++ {
+		m.mu.Lock()
+		e, has := m.tasks.byID[s.ID], m.tasks.reg.Len(s.ID) > 0
+		m.mu.Unlock()
+		if e != nil {
+			at = placement{anchor: s.ID, depth: max(e.task.Depth, 1) + 1}
+			break
+		}
+		if has {
+			at.anchor = s.ID
+			break
+		}
+		if s.ParentID == "" || hops >= MaxNestingDepth {
+			break
+		}
+		next, err := m.client.GetSession(ctx, s.ParentID)
+		if errors.Is(err, opencode.ErrNotFound) {
+			break // a parent deleted meanwhile: nothing above counts
+		}
+		if err != nil {
+			return placement{}, fmt.Errorf("asyncagents: read session %s above the caller: %w", s.ParentID, err)
+		}
+		s = next
 	}
-	return []opencode.PermissionRule{{Permission: m.cfg.toolPrefix + "_*", Pattern: "*", Action: "deny"}}
+	if at.depth > m.cfg.nestingDepth {
+		return placement{}, fmt.Errorf("%w: the caller is a task at depth %d, or a session under one, and tasks may nest %d deep", ErrNestingDepth, at.depth-1, m.cfg.nestingDepth)
+	}
+	return at, nil
 }
+
+

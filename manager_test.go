@@ -389,7 +389,11 @@ func TestNestingDepthT17(t *testing.T) {
 		t.Fatalf("depth-1 task: depth %d, rules %v; want no rule", top.Depth, rules(top.ID))
 	}
 	child := launch(t, m, asyncagents.Caller{SessionID: top.ID, Agent: "general"}, "RUN:echo child")
-	deny := []opencode.PermissionRule{{Permission: "asyncagents_*", Pattern: "*", Action: "deny"}}
+	deny := []opencode.PermissionRule{ // the launch tools: this bridge's, any bridge's, OpenCode's
+		{Permission: "asyncagents_*", Pattern: "*", Action: "deny"},
+		{Permission: "*_task", Pattern: "*", Action: "deny"},
+		{Permission: "task", Pattern: "*", Action: "deny"},
+	}
 	if child.Depth != 2 || !slices.Equal(rules(child.ID), deny) {
 		t.Fatalf("depth-2 task: depth %d, rules %v; want %v", child.Depth, rules(child.ID), deny)
 	}

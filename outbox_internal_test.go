@@ -1,6 +1,8 @@
 package asyncagents
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,5 +122,21 @@ func TestReadyInOrder(t *testing.T) {
 	}
 	if !n.outboxes["p1"].inFlight || n.outboxes["p1"].ready {
 		t.Error("a taken outbox is not in flight")
+	}
+}
+
+// N-3: a merged message carries at most mergeBytes of text: notifications of 20,000
+// characters go three to a message.
+func TestGroupsBoundedInBytes(t *testing.T) {
+	n := newTestNotifier(NotifyNoReply)
+	ob := n.outbox("p")
+	for i := range 10 {
+		r := pendingRef("p", fmt.Sprint("k", i), "build")
+		r.note().Visible = strings.Repeat("x", 20000)
+		ob.queue = append(ob.queue, r)
+	}
+	g := n.groups("p", ob, 0, time.Now())
+	if len(g) != 1 || len(g[0]) != 3 {
+		t.Errorf("groups of ten 20,000-character notifications: %d messages, the first of %d; want one of 3", len(g), len(g[0]))
 	}
 }

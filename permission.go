@@ -63,9 +63,12 @@ type PermissionReply string
 // Permission replies. PermissionAsk leaves the request waiting: the task shows it
 // (Task.Permission) and its parent is told once.
 const (
-	PermissionAsk    PermissionReply = ""       // do not answer
-	PermissionOnce   PermissionReply = "once"   // allow this call
-	PermissionAlways PermissionReply = "always" // allow it and the like for the rest of the session
+	PermissionAsk  PermissionReply = ""     // do not answer
+	PermissionOnce PermissionReply = "once" // allow this call
+	// PermissionAlways allows this call and the like. It is sent to OpenCode as "once":
+	// OpenCode 1.18.33 keeps an "always" answer for every session of the project, the
+	// caller's and other tasks' included, which would give them rights they did not have.
+	PermissionAlways PermissionReply = "always"
 	PermissionReject PermissionReply = "reject" // refuse it; the agent loop stops
 )
 
@@ -146,6 +149,9 @@ func (m *Manager) answerPermission(e *entry, rc int, t Task, req PendingPermissi
 	}
 	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
+	if reply == PermissionAlways { // see PermissionAlways: never a right for other sessions
+		reply = PermissionOnce
+	}
 	err := m.client.ReplyPermission(ctx, t.Directory, req.ID, opencode.PermissionReply{Reply: string(reply)})
 	if err != nil {
 		m.cfg.logger.Warn("asyncagents: reply to a permission request", "task", t.ID, "request", req.ID, "err", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,11 +142,19 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	if other, _ := m.List(asyncagents.Caller{SessionID: "ses_someoneelse"}, ""); len(other) != 0 {
 		t.Errorf("another session sees %d tasks", len(other))
 	}
-	// The child sessions are children of the parent, with the recursion guard (T-17).
+	// The child sessions are children of the parent, with the recursion guard (T-17): at the
+	// deepest level the tools that launch tasks, this bridge's, any bridge's and OpenCode's
+	// own, are denied.
 	sess, err := c.GetSession(ctx, forked.ID)
-	if err != nil || sess.ParentID != parent.ID || sess.Title != "Background (forked): forked look" ||
-		len(sess.Permission) != 1 || sess.Permission[0].Permission != "asyncagents_*" || sess.Permission[0].Action != "deny" {
+	if err != nil || sess.ParentID != parent.ID || sess.Title != "Background (forked): forked look" {
 		t.Errorf("child session = %+v, %v", sess, err)
+	}
+	for _, tool := range []string{"asyncagents_task", "asyncagents_output", "other_task", "task"} {
+		if !slices.ContainsFunc(sess.Permission, func(r opencode.PermissionRule) bool {
+			return r.Action == "deny" && r.Pattern == "*" && (r.Permission == tool || strings.HasSuffix(r.Permission, "*") && strings.HasPrefix(tool, strings.TrimSuffix(r.Permission, "*")) || strings.HasPrefix(r.Permission, "*") && strings.HasSuffix(tool, strings.TrimPrefix(r.Permission, "*")))
+		}) {
+			t.Errorf("child session rules %+v do not deny %s", sess.Permission, tool)
+		}
 	}
 
 	// T-18: a follow-up in the same session; the reply comes from the plain child's session.
@@ -428,7 +437,7 @@ func TestRealServerPermissionAsked(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	parent := newSession(t, c, "permission parent")
 	m := newManager(t, c, asyncagents.WithNotifications(false))
-	caller := asyncagents.Caller{SessionID: parent.ID}
+	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"} // a task may run the caller's own primary agent
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
 		Prompt: "RUN:cat /no/such/file.txt"})
 	if err != nil {

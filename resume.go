@@ -61,7 +61,7 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 // queueFollowUpLocked queues prompt for the active task e, or returns ErrTaskBusy.
 func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
 	t := &e.task
-	if err := m.overBudgetLocked(t.ParentSessionID); err != nil {
+	if err := m.overBudgetLocked(t.anchor()); err != nil {
 		return Task{}, err
 	}
 	if len(t.FollowUps) >= m.cfg.followUps {
@@ -103,11 +103,11 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 		}
 		return Task{}, fmt.Errorf("%w: %s is %s; wait for it or cancel it", ErrTaskBusy, tid, st)
 	}
-	if err := m.overBudgetLocked(e.task.ParentSessionID); err != nil {
+	if err := m.overBudgetLocked(e.task.anchor()); err != nil {
 		m.mu.Unlock()
 		return Task{}, err
 	}
-	if err := m.slots.reserve(e.task.ParentSessionID); err != nil {
+	if err := m.slots.reserve(e.task.ParentSessionID, e.task.AnchorSessionID); err != nil {
 		m.mu.Unlock()
 		return Task{}, err
 	}

@@ -73,7 +73,9 @@ func (s *slots) take(e *entry) bool {
 func (s *slots) restore(e *entry) {
 	t := &e.task
 	if !t.Status.Terminal() {
-		s.activeOf[t.ParentSessionID]++
+		for _, p := range sessionsOf(t.ParentSessionID, t.AnchorSessionID) {
+			s.activeOf[p]++
+		}
 	}
 	key, limit := s.limits.keyOf(t.Model)
 	switch {
@@ -143,23 +145,43 @@ func (s *slots) position(e *entry) int {
 	return slices.Index(s.waiting[key], e) + 1
 }
 
-// reserve counts one more active task of parent — a launch on its way, or a resume — or
-// returns ErrTaskLimit when parent has as many as WithMaxActivePerParent allows.
-func (s *slots) reserve(parent string) error {
-	if n := s.activeOf[parent]; s.perParent > 0 && n >= s.perParent {
-		return fmt.Errorf("%w: this session has %d active tasks (queued, running or resumed), the most this host allows; "+
-			"wait for one to end (a notification comes) or cancel one", ErrTaskLimit, n)
+// reserve counts one more active task of parent, and of anchor when it is another session
+// (the session the task counts under: Task.AnchorSessionID) — a launch on its way, or a
+// resume — or returns ErrTaskLimit, counting nothing, when one of them has as many as
+// WithMaxActivePerParent allows.
+func (s *slots) reserve(parent, anchor string) error {
+	for _, p := range sessionsOf(parent, anchor) {
+		if n := s.activeOf[p]; s.perParent > 0 && n >= s.perParent {
+			who := "this session has"
+			if p != parent {
+				who = "the session above this one that its tasks count under has"
+			}
+			return fmt.Errorf("%w: %s %d active tasks (queued, running or resumed), the most this host allows; "+
+				"wait for one to end (a notification comes) or cancel one", ErrTaskLimit, who, n)
+		}
 	}
-	s.activeOf[parent]++
+	for _, p := range sessionsOf(parent, anchor) {
+		s.activeOf[p]++
+	}
 	return nil
 }
 
-// unreserve counts one active task of parent fewer: a run ended, a task was removed while
-// active, or a launch failed before its task counted.
-func (s *slots) unreserve(parent string) {
-	if s.activeOf[parent]--; s.activeOf[parent] <= 0 {
-		delete(s.activeOf, parent)
+// unreserve counts one active task fewer of parent, and of anchor when it is another session:
+// a run ended, a task was removed while active, or a launch failed before its task counted.
+func (s *slots) unreserve(parent, anchor string) {
+	for _, p := range sessionsOf(parent, anchor) {
+		if s.activeOf[p]--; s.activeOf[p] <= 0 {
+			delete(s.activeOf, p)
+		}
 	}
+}
+
+// sessionsOf returns parent, and anchor when it is another session.
+func sessionsOf(parent, anchor string) []string {
+	if anchor == "" || anchor == parent {
+		return []string{parent}
+	}
+	return []string{parent, anchor}
 }
 
 // active returns how many tasks of parent are active (queued, running or resumed) or being

@@ -36,15 +36,15 @@ func TestSlotsFIFOPerLimit(t *testing.T) {
 func TestSlotsPerParentCap(t *testing.T) {
 	s := newSlots(&config{perParent: 2})
 	for range 2 {
-		if err := s.reserve("p"); err != nil {
+		if err := s.reserve("p", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.reserve("p"); !errors.Is(err, ErrTaskLimit) || s.active("p") != 2 {
+	if err := s.reserve("p", ""); !errors.Is(err, ErrTaskLimit) || s.active("p") != 2 {
 		t.Fatalf("third reserve: %v with %d active, want ErrTaskLimit and 2", err, s.active("p"))
 	}
-	s.unreserve("p")
-	s.unreserve("p")
+	s.unreserve("p", "")
+	s.unreserve("p", "")
 	if s.active("p") != 0 || len(s.activeOf) != 0 {
 		t.Errorf("after two unreserves: %d active, %d parents counted", s.active("p"), len(s.activeOf))
 	}

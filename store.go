@@ -91,6 +91,34 @@ type HandoffStore interface {
 	Wanted(ctx context.Context) ([]string, error)
 	// Yield gives up this store's leases on tasks ids at once.
 	Yield(ctx context.Context, ids ...string) error
+	// Changes returns, oldest first and at most limit of them, the changes of the tasks that
+	// other stores hold made after the change numbered after (0: every such task as it is
+	// now), and the number to ask after next time (after itself when there is none). Each
+	// store's writes are numbered in one sequence that only grows, so a reader that asks
+	// again with the number it got misses no change and reads none twice. A change's Task is a
+	// summary: its Prompt, Result, FollowUps and Notifications are left out, and its other
+	// text fields bounded as a Manager bounds them; Removed (with the Task's ID) marks a task
+	// deleted. Change.Seq is the store's number of the change.
+	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
+}
+
+// A LimitStore is a [LeaseStore] that admits new tasks under the per-parent cap and tree
+// budget of every Manager on it ([WithMaxActivePerParent], [WithTreeBudget]), counting the
+// tasks of every store, so that a limit holds whichever host launches. It also keeps what
+// deleted tasks used, for the tree budgets.
+type LimitStore interface {
+	LeaseStore
+	// Admit saves the new task t, taking its lease as Save does, unless the session it counts
+	// under (t.AnchorSessionID, or else its parent) has perParent or more active tasks
+	// (queued, running or resumed) on any store (an error matching ErrTaskLimit; perParent 0:
+	// no cap), or the tasks below that session, or below a session above it (through the
+	// tasks' own anchors and parents), used budget (an error matching ErrBudget; a zero budget
+	// bounds nothing). Tasks deleted still count for what they used. The check and the save
+	// are one transaction: two launches at once on two stores never both pass a cap of one.
+	Admit(ctx context.Context, t Task, perParent int, budget Budget) error
+	// TreeUsage returns what the tasks below session used, on every store, deleted ones
+	// included.
+	TreeUsage(ctx context.Context, session string) (Usage, error)
 }
 
 // MemoryStore is a [Store] in memory, the default: tasks live as long as the process.

@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -34,7 +35,9 @@ func (s Status) valid() bool { return s.Terminal() || s.Active() || s == StatusQ
 
 // Caller says on whose behalf an operation is made: the parent session (an OpenCode session
 // id, "ses_…"), the message that made the call and the agent that runs there. Tasks belong
-// to the caller's session; the agent is the one the parent's notifications are sent with.
+// to the caller's session; the agent is the one the parent's notifications are sent with,
+// and its permission rules bound what the caller may launch (see [Manager.Launch]): a host
+// that launches for a model sets it to the model's agent.
 type Caller struct {
 	SessionID string `json:"sessionID"`
 	MessageID string `json:"messageID,omitempty"`
@@ -62,28 +65,33 @@ type PendingPermission struct {
 // runs in. [Manager] methods return copies: changing one changes nothing in the Manager.
 // The JSON form is what a [Store] keeps.
 type Task struct {
-	ID              string             `json:"id"`
-	ParentSessionID string             `json:"parentSessionID"`
-	ParentMessageID string             `json:"parentMessageID,omitempty"`
-	ParentAgent     string             `json:"parentAgent,omitempty"`
-	Directory       string             `json:"directory,omitempty"` // the child session's project directory
-	Server          string             `json:"server,omitempty"`    // the OpenCode server it runs on, as its LeaseStore names it
-	Description     string             `json:"description"`
-	Prompt          string             `json:"prompt"`             // of the current run: the follow-up after a resume
-	PromptID        string             `json:"promptID,omitempty"` // the id of that prompt's message, chosen by the Manager
-	Agent           string             `json:"agent"`
-	Model           string             `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
-	Status          Status             `json:"status"`
-	Started         time.Time          `json:"started"`              // of the current run (of the follow-up after a resume)
-	Completed       time.Time          `json:"completed,omitzero"`   // when the current run ended
-	Result          string             `json:"result,omitempty"`     // the final reply's text, when completed
-	Error           string             `json:"error,omitempty"`      // why, when error or cancelled
-	Retrieved       time.Time          `json:"retrieved,omitzero"`   // when Output first returned the result
-	BatchID         string             `json:"batchID"`              // tasks launched while a sibling runs share it
-	ResumeCount     int                `json:"resumeCount"`          // follow-ups sent
-	FollowUps       []string           `json:"followUps,omitempty"`  // follow-ups queued while active
-	Forked          bool               `json:"forked"`               // launched with the parent's context
-	Depth           int                `json:"depth,omitempty"`      // 1, or its parent task's depth + 1
+	ID              string    `json:"id"`
+	ParentSessionID string    `json:"parentSessionID"`
+	ParentMessageID string    `json:"parentMessageID,omitempty"`
+	ParentAgent     string    `json:"parentAgent,omitempty"`
+	Directory       string    `json:"directory,omitempty"` // the child session's project directory
+	Server          string    `json:"server,omitempty"`    // the OpenCode server it runs on, as its LeaseStore names it
+	Description     string    `json:"description"`
+	Prompt          string    `json:"prompt"`             // of the current run: the follow-up after a resume
+	PromptID        string    `json:"promptID,omitempty"` // the id of that prompt's message, chosen by the Manager
+	Agent           string    `json:"agent"`
+	Model           string    `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
+	Status          Status    `json:"status"`
+	Started         time.Time `json:"started"`             // of the current run (of the follow-up after a resume)
+	Completed       time.Time `json:"completed,omitzero"`  // when the current run ended
+	Result          string    `json:"result,omitempty"`    // the final reply's text, when completed
+	Error           string    `json:"error,omitempty"`     // why, when error or cancelled
+	Retrieved       time.Time `json:"retrieved,omitzero"`  // when Output first returned the result
+	BatchID         string    `json:"batchID"`             // tasks launched while a sibling runs share it
+	ResumeCount     int       `json:"resumeCount"`         // follow-ups sent
+	FollowUps       []string  `json:"followUps,omitempty"` // follow-ups queued while active
+	Forked          bool      `json:"forked"`              // launched with the parent's context
+	Depth           int       `json:"depth,omitempty"`     // 1, or its parent task's depth + 1
+	// AnchorSessionID is the session whose per-parent cap and tree budget the task counts
+	// under when it is not its parent: a task launched by a session the Manager did not know
+	// (OpenCode's own subagent, say) counts under the nearest task or parent with tasks above
+	// that session. Empty: its parent.
+	AnchorSessionID string             `json:"anchorSessionID,omitempty"`
 	Deadline        time.Duration      `json:"deadline,omitempty"`   // how long a run may take; 0: no limit
 	Progress        Progress           `json:"progress"`             //
 	ForkMode        ForkMode           `json:"forkMode,omitempty"`   // how a forked task got the context
@@ -112,6 +120,18 @@ type Task struct {
 	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns
 	// and not stored.
 	DisplayID string `json:"-"`
+}
+
+// anchor returns the session the task counts under: AnchorSessionID, or its parent.
+func (t *Task) anchor() string { return cmp.Or(t.AnchorSessionID, t.ParentSessionID) }
+
+// anchorOf returns the AnchorSessionID of a task of parent that counts under anchor: "" when
+// they are the same.
+func anchorOf(parent, anchor string) string {
+	if anchor == parent {
+		return ""
+	}
+	return anchor
 }
 
 // Duration returns how long the current run took, or has taken by now when it has not ended.

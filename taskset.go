@@ -2,6 +2,7 @@ package asyncagents
 
 import (
 	"context"
+	"slices"
 
 	"github.com/asyncagents/asyncagents/manager"
 )
@@ -16,10 +17,14 @@ type taskSet struct {
 	open    map[string]string // parent → its batch with active tasks
 	cleared map[string]Usage  // parent → what its tasks removed since New had used
 	closed  bool              // the Manager was closed: operations return ErrClosed
+	// anchored are the tasks that count under a session other than their parent
+	// (Task.AnchorSessionID), by that session.
+	anchored map[string][]string
 }
 
 func newTaskSet() taskSet {
-	return taskSet{byID: map[string]*entry{}, batches: map[string]*batch{}, open: map[string]string{}, cleared: map[string]Usage{}}
+	return taskSet{byID: map[string]*entry{}, batches: map[string]*batch{}, open: map[string]string{}, cleared: map[string]Usage{},
+		anchored: map[string][]string{}}
 }
 
 // batch counts the tasks of one batch: launched by one parent while another of its tasks
@@ -27,6 +32,34 @@ func newTaskSet() taskSet {
 type batch struct {
 	total  int
 	active int
+}
+
+// add records e's task, unless a task with its id is here already (false).
+func (s *taskSet) add(e *entry) bool {
+	t := &e.task
+	if !s.reg.Add(t.ParentSessionID, t.ID) {
+		return false
+	}
+	s.byID[t.ID] = e
+	if a := t.AnchorSessionID; a != "" {
+		s.anchored[a] = append(s.anchored[a], t.ID)
+	}
+	return true
+}
+
+// remove forgets e's task; what it used still counts in its tree (cleared).
+func (s *taskSet) remove(e *entry) {
+	t := &e.task
+	delete(s.byID, t.ID)
+	s.reg.Remove(t.ID)
+	if a := t.AnchorSessionID; a != "" {
+		if s.anchored[a] = slices.DeleteFunc(s.anchored[a], func(id string) bool { return id == t.ID }); len(s.anchored[a]) == 0 {
+			delete(s.anchored, a)
+		}
+	}
+	if !t.Usage.IsZero() {
+		s.cleared[t.anchor()] = s.cleared[t.anchor()].Add(t.Usage)
+	}
 }
 
 // has reports whether task id is here.
@@ -53,7 +86,8 @@ func (s *taskSet) closeBatch(parent, id string, b *batch) {
 	}
 }
 
-// treeUsage sums the usage of the tasks below session, those cleared included.
+// treeUsage sums the usage of the tasks below session (its own, those that count under it,
+// theirs and so on), those cleared included.
 func (s *taskSet) treeUsage(session string) Usage {
 	var sum Usage
 	next := []string{session}
@@ -61,7 +95,7 @@ func (s *taskSet) treeUsage(session string) Usage {
 		var below []string
 		for _, parent := range next {
 			sum = sum.Add(s.cleared[parent])
-			for _, id := range s.reg.Tasks(parent) {
+			for _, id := range slices.Concat(s.reg.Tasks(parent), s.anchored[parent]) {
 				if e := s.byID[id]; e != nil {
 					sum = sum.Add(e.task.Usage)
 					below = append(below, id)

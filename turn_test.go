@@ -464,15 +464,6 @@ func TestWaveNotificationsMergedN(t *testing.T) {
 	}
 }
 
-// N-3: a merged message carries at most 64 KiB of text: notifications of 20,000-character
-// descriptions go three to a message.
-func TestWaveNotificationsMergedUpTo64KiBN(t *testing.T) {
-	carried, _ := mergedBurst(t, 10, strings.Repeat("long description ", 20000/17))
-	if slices.Max(carried) != 3 {
-		t.Errorf("notifications per message posted: %v; want at most 3, and 3 while 3 are due", carried)
-	}
-}
-
 // mergedBurst launches n held runs under one parent with description, ends them together and
 // holds the first notification's post until every run has ended, so that the others are due
 // together. It checks that each run end is one entry in the parent and that the tasks name

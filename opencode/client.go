@@ -32,6 +32,10 @@ type Client interface {
 	// ForkSession copies a session's messages, those before req.MessageID ("" for all), into
 	// a new session in req.Directory that is not its child (POST /session/{id}/fork).
 	ForkSession(ctx context.Context, id string, req ForkSessionRequest) (*Session, error)
+	// UpdateSession adds req.Permission to a session's rules (PATCH /session/{id}).
+	UpdateSession(ctx context.Context, id string, req UpdateSessionRequest) (*Session, error)
+	// DeleteSession deletes a session and its children (DELETE /session/{id}).
+	DeleteSession(ctx context.Context, id string) error
 	// Messages returns the last limit messages of a session, oldest first; 0 means all
 	// (GET /session/{id}/message).
 	Messages(ctx context.Context, sessionID string, limit int) ([]Message, error)
@@ -281,6 +285,28 @@ type ForkSessionRequest struct {
 func (c *HTTPClient) ForkSession(ctx context.Context, id string, req ForkSessionRequest) (*Session, error) {
 	var s Session
 	if err := c.do(ctx, http.MethodPost, sessionPath(id, "/fork"), dirQuery(req.Directory), req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// UpdateSessionRequest is what [HTTPClient.UpdateSession] sends.
+type UpdateSessionRequest struct {
+	// Permission rules are appended to the session's own: OpenCode 1.18.33 keeps the rules a
+	// session has and adds these after them (the last matching rule wins), so rules can be
+	// added and never taken away.
+	Permission []PermissionRule `json:"permission,omitempty"`
+	// Directory is the session's project directory (?directory=); "" uses the client's
+	// default.
+	Directory string `json:"-"`
+}
+
+// UpdateSession changes a session (PATCH /session/{id}?directory=) and returns it as it is
+// now. An unknown id matches [ErrNotFound]. The Manager adds a native fork's permission rules
+// with it: OpenCode's fork copies none of the original's and takes none in its request.
+func (c *HTTPClient) UpdateSession(ctx context.Context, id string, req UpdateSessionRequest) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodPatch, sessionPath(id, ""), dirQuery(req.Directory), req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

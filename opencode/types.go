@@ -254,8 +254,11 @@ func (s *ToolState) ExitCode() (code float64, ok bool) {
 type Agent struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
-	Mode        string `json:"mode,omitempty"`
+	Mode        string `json:"mode,omitempty"` // "primary", "subagent" or "all"
 	Hidden      bool   `json:"hidden,omitempty"`
+	// Permission is the agent's ruleset: OpenCode evaluates a tool call against it, then the
+	// session's rules; the last matching rule wins.
+	Permission []PermissionRule `json:"permission,omitempty"`
 }
 
 // SessionStatus is a value of GET /session/status: Type is "busy" or "retry" (idle sessions

@@ -174,6 +174,7 @@ func (s *HTTPServer) routes() {
 	s.mux.HandleFunc("POST /session/{id}/prompt_async", s.promptAsync)
 	s.mux.HandleFunc("POST /session/{id}/abort", s.abort)
 	s.mux.HandleFunc("POST /session/{id}/fork", s.fork)
+	s.mux.HandleFunc("PATCH /session/{id}", s.updateSession)
 	s.mux.HandleFunc("GET /agent", s.agents)
 	s.mux.HandleFunc("GET /permission", s.permissions)
 	s.mux.HandleFunc("POST /permission/{id}/reply", s.replyPermission)
@@ -361,6 +362,25 @@ func (s *HTTPServer) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Directory = directory(r)
 	sess, err := s.c.ForkSession(r.Context(), r.PathValue("id"), req)
+	answer(w, sess, err)
+}
+
+// updateSession serves PATCH /session/{id} with the client's UpdateSession, when it has one
+// (FakeClient does).
+func (s *HTTPServer) updateSession(w http.ResponseWriter, r *http.Request) {
+	u, ok := s.c.(interface {
+		UpdateSession(context.Context, string, opencode.UpdateSessionRequest) (*opencode.Session, error)
+	})
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	var req opencode.UpdateSessionRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	req.Directory = directory(r)
+	sess, err := u.UpdateSession(r.Context(), r.PathValue("id"), req)
 	answer(w, sess, err)
 }
 
