@@ -182,11 +182,14 @@ func TestBrowserThousandTasks(t *testing.T) {
 	}
 }
 
-// S-2: with a token, the page without a login says how to sign in; a login link opens it
+// With a token, the page without a login says how to sign in; a login link opens it
 // once: the page goes live, its address and history hold no code, and the cookie holds
 // neither the code nor the token. The same link fails the second time. Without a token,
 // the page needs no login and a link works all the same.
-func TestBrowserLoginLinkS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestBrowserLoginLinkWorksOnce(t *testing.T) {
 	chromium(t)
 	const token = "tok/en+with space"
 	e := newEnv(t, held(), dashboard.WithToken(token))
@@ -272,10 +275,12 @@ func TestBrowserLoginLinkS2(t *testing.T) {
 	}
 }
 
-// S-1: a page whose name resolves to 127.0.0.1 (DNS rebinding: the browser's host rules
+// A page whose name resolves to 127.0.0.1 (DNS rebinding: the browser's host rules
 // stand for a DNS answer) gets 403 for the page and for its own script's API requests;
 // a name of WithAllowedHosts loads.
-func TestBrowserDNSRebindingS1(t *testing.T) {
+//
+// S-1: Host is checked on loopback listeners.
+func TestBrowserDNSRebindingRefused(t *testing.T) {
 	chromium(t)
 	e := newEnv(t, held())
 	allowed := newEnv(t, held(), dashboard.WithAllowedHosts("dev.test"))

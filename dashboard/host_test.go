@@ -39,10 +39,12 @@ func (e *env) doHost(t *testing.T, method, path, host string, hdr ...string) (in
 	return resp.StatusCode, resp.Header, body
 }
 
-// S-1: on a loopback address, only localhost and loopback IPs are served by default: a
+// On a loopback address, only localhost and loopback IPs are served by default: a
 // page whose name was re-bound to 127.0.0.1 reads nothing, cancels nothing and uses up
 // no login link.
-func TestHostCheckS1(t *testing.T) {
+//
+// S-1: Host is checked on loopback listeners.
+func TestHostCheckRefusesRebindingOnLoopback(t *testing.T) {
 	e := newEnv(t, held())
 	task := e.launch(t, e.caller, "stuck", "x", false)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(e.srv.URL, "http://"))
@@ -74,8 +76,10 @@ func TestHostCheckS1(t *testing.T) {
 	wantError(t, "rebound host with the token", code, http.StatusForbidden, hdr, body)
 }
 
-// S-1: WithAllowedHosts adds names, any port, any case; WithAnyHost turns the check off.
-func TestAllowedHostsS1(t *testing.T) {
+// WithAllowedHosts adds names, any port, any case; WithAnyHost turns the check off.
+//
+// S-1: Host is checked on loopback listeners.
+func TestAllowedHostsAndAnyHost(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithAllowedHosts("Dev.Example", "192.0.2.7", "::ffff:192.0.2.8"))
 	for _, host := range []string{"dev.example", "DEV.example:8080", "192.0.2.7:1", "192.0.2.8", "localhost"} {
 		if code, _, body := e.doHost(t, http.MethodGet, "/api/tasks", host); code != http.StatusOK {
@@ -92,9 +96,11 @@ func TestAllowedHostsS1(t *testing.T) {
 	}
 }
 
-// S-1: requests that arrive on an address that is not loopback are not checked (a host
+// Requests that arrive on an address that is not loopback are not checked (a host
 // serving on a LAN address authenticates instead).
-func TestHostCheckLoopbackOnlyS1(t *testing.T) {
+//
+// S-1: Host is checked on loopback listeners.
+func TestHostCheckOnlyOnLoopback(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, c := range []struct {
 		local string

@@ -70,8 +70,10 @@ func tasksStatus(t *testing.T, e *env, hdr ...string) int {
 	return code
 }
 
-// S-2: the token is for programs, as a bearer header; it is never accepted in a URL.
-func TestTokenS2(t *testing.T) {
+// The token is for programs, as a bearer header; it is never accepted in a URL.
+//
+// S-2: no secret in a URL or a log.
+func TestTokenOnlyAsBearerHeader(t *testing.T) {
 	const token = "s3cret token/+"
 	e := newEnv(t, nil, dashboard.WithToken(token))
 	code, hdr, body := e.do(t, http.MethodGet, "/api/tasks")
@@ -106,9 +108,12 @@ func TestTokenS2(t *testing.T) {
 	}
 }
 
-// S-2: a login link works once, is traded for a session cookie that holds neither the
+// A login link works once, is traded for a session cookie that holds neither the
 // token nor the code, and redirects to the page without the code.
-func TestLoginLinkS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestLoginLinkWorksOnce(t *testing.T) {
 	const token = "the-dashboard-token"
 	var log syncBuffer
 	e := newEnv(t, held(), dashboard.WithToken(token),
@@ -224,8 +229,11 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// S-2: a link expires after the login TTL; at most MaxLoginLinks unused links are kept.
-func TestLoginLinkExpiresS2(t *testing.T) {
+// A link expires after the login TTL; at most MaxLoginLinks unused links are kept.
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestLoginLinksExpireAndAreBounded(t *testing.T) {
 	clock := fakeclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	e := newEnv(t, nil, dashboard.WithToken("t"), dashboard.WithClock(clock))
 	early, late := e.h.LoginLink(), e.h.LoginLink()
@@ -252,9 +260,12 @@ func TestLoginLinkExpiresS2(t *testing.T) {
 	}
 }
 
-// S-2: a session is the handler's own: another handler with the same token (the host
+// A session is the handler's own: another handler with the same token (the host
 // restarted) does not know its cookie.
-func TestSessionEndsWithHandlerS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestSessionEndsWithHandler(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithToken("same"))
 	c := login(t, e, e.h.LoginLink())
 	again, err := dashboard.New(e.m, dashboard.WithToken("same"))
@@ -272,9 +283,12 @@ func TestSessionEndsWithHandlerS2(t *testing.T) {
 	}
 }
 
-// S-2: a session ends after its idle timeout, or its lifetime, whichever comes first;
+// A session ends after its idle timeout, or its lifetime, whichever comes first;
 // an open event stream keeps it in use and ends with it.
-func TestSessionExpiresS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestSessionExpiresIdleOrAtLifetime(t *testing.T) {
 	clock := fakeclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	e := newEnv(t, nil, dashboard.WithToken("t"), dashboard.WithClock(clock),
 		dashboard.WithSessionTimeout(time.Hour, 3*time.Hour), dashboard.WithHeartbeat(20*time.Millisecond))
@@ -333,8 +347,11 @@ func TestSessionExpiresS2(t *testing.T) {
 	}
 }
 
-// S-2: at most MaxSessions sessions; one more login ends the oldest.
-func TestSessionsBoundedS2(t *testing.T) {
+// At most MaxSessions sessions; one more login ends the oldest.
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestSessionsBoundedOldestEnds(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithToken("t"))
 	var cs []*http.Cookie
 	for range dashboard.MaxSessions + 1 {
@@ -350,8 +367,11 @@ func TestSessionsBoundedS2(t *testing.T) {
 	}
 }
 
-// S-2: POST /api/logout ends the session, clears the cookie and ends its streams.
-func TestLogoutS2(t *testing.T) {
+// POST /api/logout ends the session, clears the cookie and ends its streams.
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestLogoutEndsSessionAndStreams(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithToken("t"))
 	c := login(t, e, e.h.LoginLink())
 	s := openStream(t, e, "", cookieHeader(c)...)
@@ -380,9 +400,12 @@ func TestLogoutS2(t *testing.T) {
 	}
 }
 
-// S-2: under a prefix, the cookie's path is the prefix's API, and the redirect stays
+// Under a prefix, the cookie's path is the prefix's API, and the redirect stays
 // under the prefix.
-func TestLoginUnderPrefixS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestLoginUnderPrefix(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithToken("t"))
 	mux := http.NewServeMux()
 	mux.Handle("/tasks/", http.StripPrefix("/tasks", e.h))
@@ -410,9 +433,12 @@ func TestLoginUnderPrefixS2(t *testing.T) {
 	}
 }
 
-// S-2: a program that holds the token mints login links with POST /api/login-link; a
+// A program that holds the token mints login links with POST /api/login-link; a
 // session cannot.
-func TestLoginLinkAPIS2(t *testing.T) {
+//
+// S-2: the status page has its own credential: a single-use login link traded for an
+// expiring server-side session, distinct from the bridge's token.
+func TestOnlyTokenHolderMintsLoginLinks(t *testing.T) {
 	e := newEnv(t, nil, dashboard.WithToken("tok"))
 	code, hdr, body := e.do(t, http.MethodPost, "/api/login-link", "Authorization", "Bearer tok")
 	var got struct {
@@ -436,7 +462,7 @@ func TestLoginLinkAPIS2(t *testing.T) {
 }
 
 // Without a token, the page and the API need no sign-in, and a login link still works.
-func TestLoginWithoutTokenS2(t *testing.T) {
+func TestWithoutTokenNoLoginNeeded(t *testing.T) {
 	e := newEnv(t, nil)
 	if code := tasksStatus(t, e); code != http.StatusOK {
 		t.Errorf("GET /api/tasks = %d", code)

@@ -86,9 +86,11 @@ func heapAlloc() uint64 {
 	return ms.HeapAlloc
 }
 
-// S-3: an idle event stream does not keep the buffer its snapshot was written from. With
+// An idle event stream does not keep the buffer its snapshot was written from. With
 // a 2 MiB snapshot, each stream held 2 MiB or more of heap after sending it.
-func TestIdleStreamHoldsNoSnapshotS3(t *testing.T) {
+//
+// S-3: idle and stalled connections time out; event streams are bounded.
+func TestIdleStreamHoldsNoSnapshot(t *testing.T) {
 	e := newEnv(t, held())
 	big := strings.Repeat("p", 64<<10)
 	for range 40 {
@@ -118,9 +120,11 @@ func TestIdleStreamHoldsNoSnapshotS3(t *testing.T) {
 	}
 }
 
-// S-3: at most DefaultMaxStreams event streams at once; the next one is answered 503 with
+// At most DefaultMaxStreams event streams at once; the next one is answered 503 with
 // Retry-After, and one can open again when another ends.
-func TestMaxStreamsS3(t *testing.T) {
+//
+// S-3: idle and stalled connections time out; event streams are bounded.
+func TestStreamsBeyondMaxAreRefused(t *testing.T) {
 	e := newEnv(t, nil)
 	var open []*rawStream
 	for range dashboard.DefaultMaxStreams {
@@ -154,10 +158,12 @@ func TestMaxStreamsS3(t *testing.T) {
 	wantError(t, "WithMaxStreams(1), second stream", code, http.StatusServiceUnavailable, hdr, body)
 }
 
-// S-3: an event stream lives past the ReadTimeout and WriteTimeout of the http.Server it
+// An event stream lives past the ReadTimeout and WriteTimeout of the http.Server it
 // is served by. (net/http clears the read deadline once a request's body has been read,
 // so the ReadTimeout does not cancel it; each write of the stream sets its own deadline.)
-func TestStreamOutlivesReadTimeoutS3(t *testing.T) {
+//
+// S-3: idle and stalled connections time out; event streams are bounded.
+func TestStreamOutlivesReadTimeout(t *testing.T) {
 	const readTimeout = 200 * time.Millisecond
 	e := newEnvServer(t, held(), func(s *http.Server) { s.ReadTimeout, s.WriteTimeout = readTimeout, readTimeout }, dashboard.WithHeartbeat(50*time.Millisecond))
 	s := openStream(t, e, "")

@@ -112,7 +112,7 @@ func heldRunning(t *testing.T, url string, pid int) int {
 	return n
 }
 
-// The size of TestHostsShareTasksAndSurviveKillH2: parents, tasks of each, and the limit
+// The size of TestHostsShareTasksAndSurviveKill: parents, tasks of each, and the limit
 // of tasks running at once across the serves.
 const parents, perParent, maxRunning = 6, 10, 40
 
@@ -155,14 +155,18 @@ func sampleBusy(t *testing.T, c *opencode.HTTPClient, parents map[string]string)
 	}
 }
 
-// H-2, H-3, H-4 (issue 19): three serves share one PostgreSQL database in front of one
-// OpenCode server, with a limit of 40 tasks running at once. Six parents launch 60 tasks
-// through the three bridges (OpenCode → MCP → serve); one serve is SIGKILLed while the tasks
-// run, after one parent's model cancelled through one serve's bridge a task another serve
-// held. Every task ends once (completed, that one cancelled), and each parent gets exactly
-// one notification per task: the dead serve's tasks are claimed and finished by the others.
-// Sampled every 50 ms, no more than 40 task sessions are ever busy at once.
-func TestHostsShareTasksAndSurviveKillH2(t *testing.T) {
+// Three serves share one PostgreSQL database in front of one OpenCode server, with a limit of
+// 40 tasks running at once. Six parents launch 60 tasks through the three bridges (OpenCode →
+// MCP → serve); one serve is SIGKILLed while the tasks run, after one parent's model cancelled
+// through one serve's bridge a task another serve held. Every task ends once (completed, that
+// one cancelled), and each parent gets exactly one notification per task: the dead serve's
+// tasks are claimed and finished by the others. Sampled every 50 ms, no more than 40 task
+// sessions are ever busy at once.
+//
+// Issue 19. H-2: a task is acted on only by the host holding its lease; when that host dies,
+// another claims the task and carries on from its record. H-3: a notification is delivered
+// exactly once across hosts. H-4: the limits count running tasks across all hosts.
+func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	srv := opencodetest.Start(t)
@@ -318,13 +322,17 @@ func waitEnded(t *testing.T, url string, n int, within time.Duration) []asyncage
 	return all
 }
 
-// H-1, H-2 (issue 19), with serves as processes of their own: one serve reaches PostgreSQL
-// through a proxy, which is cut while the tasks launched through it end. The other serve
-// claims them when their leases lapse and notifies; once the proxy lets the first serve
-// through again, it posts nothing more. Then PostgreSQL is stopped while tasks launched
-// through both serves run and end, and started again: every task ends, and each parent
-// holds exactly one notification per task.
-func TestHostsCutOffAndDatabaseRestartH1(t *testing.T) {
+// With serves as processes of their own, one serve reaches PostgreSQL through a proxy, which
+// is cut while the tasks launched through it end. The other serve claims them when their
+// leases lapse and notifies; once the proxy lets the first serve through again, it posts
+// nothing more. Then PostgreSQL is stopped while tasks launched through both serves run and
+// end, and started again: every task ends, and each parent holds exactly one notification per
+// task.
+//
+// Issue 19. H-1: with a shared store, task records, the notification outbox and concurrency
+// slots live in the database. H-2: a host that cannot reach the database stops acting on its
+// tasks before its leases could have expired.
+func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	proxy := pg.NewProxy(t)

@@ -396,11 +396,13 @@ func openMCPStream(t *testing.T, ctx context.Context, addr, tokenFile string) <-
 	return ended
 }
 
-// S-5, issue 17 item 10: serve bounds what a model can start. With -max-per-parent 1 a
-// parent's second launch is an error its model reads, while the first still runs; the task
-// tool's description, as OpenCode hands it to the model, states the limits; bad values are
-// usage errors.
-func TestServeBoundsWhatModelsStartS5(t *testing.T) {
+// Serve bounds what a model can start. With -max-per-parent 1 a parent's second launch is an
+// error its model reads, while the first still runs; the task tool's description, as OpenCode
+// hands it to the model, states the limits; bad values are usage errors.
+//
+// Issue 17 item 10. S-5: what a model can start is bounded by default (limits, per-parent
+// cap, deadline).
+func TestServeBoundsWhatModelsStart(t *testing.T) {
 	srv := opencodetest.Start(t)
 	_, args := stateArgs(t)
 	startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory,

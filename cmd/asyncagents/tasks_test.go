@@ -10,9 +10,12 @@ import (
 	"github.com/asyncagents/asyncagents"
 )
 
-// C-2, C-3: `asyncagents tasks` shows what each task used and, per parent, what its tree
-// used, nested tasks included; -json carries the usage.
-func TestTasksShowUsageC3(t *testing.T) {
+// `asyncagents tasks` shows what each task used and, per parent, what its tree used, nested
+// tasks included; -json carries the usage.
+//
+// C-2: totals per parent session over all its tasks, nested ones included. C-3: usage is
+// shown by `asyncagents tasks`, among others.
+func TestTasksShowUsage(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "tasks.jsonl")
 	now := time.Now()
