@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -245,6 +244,9 @@ func newClient(url string) (*opencode.HTTPClient, error) {
 // bridge and the status page, listens, prints what it serves, registers the bridge with
 // each -dir, and serves; then it stops serving and closes what it opened, the last first.
 func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) (err error) {
+	if w := storePasswordWarning(c.store); w != "" {
+		log.Warn("asyncagents serve: "+w, "store", storeName(c.store))
+	}
 	client, version, err := connect(ctx, c.url)
 	if err != nil {
 		return err
@@ -365,23 +367,6 @@ func openStore(c serveConfig) (closingStore, error) {
 		return pgstore.Open(ctx, c.store, pgstore.Options{Lease: c.lease, Server: c.serverName})
 	}
 	return asyncagents.NewFileStore(c.store)
-}
-
-// isPostgresURL reports whether store names a PostgreSQL database.
-func isPostgresURL(store string) bool {
-	return strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://")
-}
-
-// storeName is store as it may be shown: a URL's password is replaced by "xxxxx".
-func storeName(store string) string {
-	if !isPostgresURL(store) {
-		return store
-	}
-	u, err := url.Parse(store)
-	if err != nil {
-		return "a PostgreSQL URL that does not parse"
-	}
-	return u.Redacted()
 }
 
 // newBridge returns the MCP bridge of m, which asks for token and finds callers in dirs

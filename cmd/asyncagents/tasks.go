@@ -40,7 +40,7 @@ type tasksConfig struct {
 	json                  bool
 }
 
-func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
+func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, errOut io.Writer) error {
 	var c tasksConfig
 	c.serveAddr.flags(fs)
 	fs.StringVar(&c.store, "store", defaultPath("tasks.jsonl"), "the task store file, read when no serve answers, or a PostgreSQL URL, read at once")
@@ -49,6 +49,9 @@ func runTasks(ctx context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	if err := parse(fs, args, tasksHelp); err != nil {
 		return err
+	}
+	if w := storePasswordWarning(c.store); w != "" {
+		fmt.Fprintf(errOut, "%s: %s\n", fs.Name(), w)
 	}
 	tasks, from, err := loadTasks(ctx, c)
 	if err != nil {
