@@ -106,7 +106,8 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		m.bg.stop()
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
-	start, followUps := m.restore(stored)
+	_, shared := cfg.store.(LeaseStore)
+	start, followUps := m.restore(m.acceptRecords(m.bg.ctx, stored, shared))
 	if m.slots.shared != nil {
 		m.slots.wakeGranter() // for the stored queued tasks
 	}

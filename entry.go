@@ -184,6 +184,9 @@ func (m *Manager) persist(e *entry) error {
 	}
 	snap, v := e.task.clone(), e.save.version
 	m.mu.Unlock()
+	if m.cfg.recordKey != nil {
+		snap.Seal = seal(snap, m.cfg.recordKey)
+	}
 	if err := m.cfg.store.Save(m.bg.ctx, snap); err != nil {
 		if lostLease(err) {
 			m.dropLost(snap.ID)

@@ -120,6 +120,7 @@ func (m *Manager) dropLost(ids ...string) {
 // ones: active ones are read at once, pending notifications queued, queued tasks started
 // when their limits allow, follow-ups sent.
 func (m *Manager) adopt(tasks []Task) {
+	tasks = m.acceptRecords(m.bg.ctx, tasks, true)
 	m.mu.Lock()
 	if m.tasks.closed {
 		m.mu.Unlock()

@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -104,6 +105,7 @@ type config struct {
 	perParent      int
 	reconcilers    int
 	notifyHorizon  time.Duration
+	recordKey      []byte
 }
 
 func defaultConfig() config {
@@ -181,6 +183,9 @@ func (c *config) validate() error {
 		}},
 		{!c.taskBudget.valid() || !c.treeBudget.valid(), func() string {
 			return fmt.Sprintf("budgets %s, %s must not be negative", c.taskBudget, c.treeBudget)
+		}},
+		{c.recordKey != nil && len(c.recordKey) < 32, func() string {
+			return fmt.Sprintf("record key of %d bytes: at least 32", len(c.recordKey))
 		}},
 		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
 			return fmt.Sprintf("wave window %v must be 0 to %v", c.waveWindow, MaxWaveWindow)
@@ -345,6 +350,18 @@ func WithPermissionPolicy(p PermissionPolicy) Option {
 // most 64 in all, and lets the extra ones go when the queue is empty.
 // Defaults to [DefaultReconcilers]; 1 to 64.
 func WithReconcilers(n int) Option { return optionFunc(func(cfg *config) { cfg.reconcilers = n }) }
+
+// WithRecordKey has the Manager seal every record it saves with key (an HMAC-SHA256 of the
+// record, [Task].Seal) and refuse, when it reads its store, a record without the key's seal:
+// with a store several hosts share, a row written by anyone who can write the database but
+// does not have the key is never acted on. Every Manager on the store needs the same key,
+// kept outside the database (a file of the hosts'). Defaults to none: records are checked for
+// their shape and, with a LeaseStore, against their sessions on the server, not for who wrote
+// them. The key must be at least 32 bytes.
+func WithRecordKey(key []byte) Option {
+	key = bytes.Clone(key)
+	return optionFunc(func(cfg *config) { cfg.recordKey = key })
+}
 
 // WithNotifyHorizon sets how long a parent notification is retried after its run ended,
 // with delays doubling from 0.5 s to 1 min. When it has passed, the notification is marked

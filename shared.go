@@ -291,7 +291,7 @@ func (h *sharedHosts) remote(parent string) []Task {
 	defer m.mu.Unlock()
 	var out []Task
 	for _, t := range stored {
-		if m.tasks.byID[t.ID] == nil {
+		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && m.checkSeal(&t) == nil { // the others are not shown
 			t.DisplayID = t.ID
 			out = append(out, t)
 		}

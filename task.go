@@ -112,6 +112,11 @@ type Task struct {
 	// delivered yet, and the last one that was.
 	Notifications []Notification `json:"notifications,omitempty"`
 
+	// Seal authenticates the record when the Manager has a record key ([WithRecordKey]):
+	// the hex HMAC-SHA256, with that key, of the record's JSON form with Seal empty. A record
+	// read from the store without the key's seal is refused.
+	Seal string `json:"seal,omitempty"`
+
 	// QueuePosition is the task's place, from 1, among the tasks queued for the same limit
 	// while it is [StatusQueued]; 0 otherwise. It is set on the copies the Manager returns.
 	QueuePosition int `json:"-"`
