@@ -439,5 +439,3 @@ func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placemen
 	}
 	return at, nil
 }
-
-
