@@ -380,11 +380,18 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(n
 		return "", false, true, nil
 	}
 	id = opencode.NewMessageID(m.bg.now(), after)
-	m.notes.heads.raise(parent, id, 0)
 	if err := record(id); err != nil {
 		return "", false, false, err
 	}
 	confirmed, err = post(id)
+	if err != nil {
+		// Not stored, or not known to be: the parent's newest message is read again before
+		// the next post (were it raised to id, a retry would take its own failed prompt for a
+		// newer message than the notifications it covers, and skip the turn).
+		m.notes.heads.forget(parent)
+	} else {
+		m.notes.heads.raise(parent, id, 0)
+	}
 	return id, confirmed, false, err
 }
 

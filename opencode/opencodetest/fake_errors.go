@@ -12,7 +12,7 @@ import (
 
 // fakeMethods are the method names FailCalls accepts.
 var fakeMethods = []string{"CreateSession", "GetSession", "Messages", "MessagesBefore", "Message", "Prompt", "PromptAsync", "Abort",
-	"SessionStatus", "Agents", "Events", "Permissions", "ReplyPermission"}
+	"SessionStatus", "Agents", "Events", "Permissions", "ReplyPermission", "ForkSession", "UpdateSession", "DeleteSession"}
 
 // FailCalls makes the next n calls of the named method (e.g. "PromptAsync", "Messages",
 // "Events") fail with err and do nothing else. A nil err fails them as the real server's
