@@ -175,6 +175,7 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 // its limits, and queues it for a read when it is active.
 func (m *Manager) restoreTask(t Task) *entry {
 	e := &entry{task: t, done: make(chan struct{})}
+	e.save.stored = true
 	if !m.tasks.add(e) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package asyncagents
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type saveState struct {
 	mu      sync.Mutex
 	version uint64
 	saved   uint64
+	stored  bool // the store has a record of it (under mu)
 }
 
 // hold is what a Manager on a LeaseStore keeps of its lease on a task.
@@ -166,7 +168,8 @@ func (m *Manager) viewLocked(e *entry) Task {
 	return t
 }
 
-// persist saves the newest version of e unless the store has it already or e was removed.
+// persist saves the newest version of e unless the store has it already or e was removed; a
+// LimitStore admits a new task (its first save) under the limits of every host.
 // Saves of one task never overlap, so an older snapshot never overwrites a newer one. A
 // save that finds the task's lease lost drops the task (see lease.go). It returns the
 // store's error, which is also logged.
@@ -187,7 +190,11 @@ func (m *Manager) persist(e *entry) error {
 	if m.cfg.recordKey != nil {
 		snap.Seal = seal(snap, m.cfg.recordKey)
 	}
-	if err := m.cfg.store.Save(m.bg.ctx, snap); err != nil {
+	save := m.cfg.store.Save
+	if ls, ok := m.cfg.store.(LimitStore); ok && !e.save.stored { // a new task: admitted under every host's limits
+		save = func(ctx context.Context, t Task) error { return ls.Admit(ctx, t, m.cfg.perParent, m.cfg.treeBudget) }
+	}
+	if err := save(m.bg.ctx, snap); err != nil {
 		if lostLease(err) {
 			m.dropLost(snap.ID)
 			return err
@@ -195,7 +202,7 @@ func (m *Manager) persist(e *entry) error {
 		m.cfg.logger.Warn("asyncagents: save task", "task", snap.ID, "err", err)
 		return err
 	}
-	e.save.saved = v
+	e.save.saved, e.save.stored = v, true
 	return nil
 }
 

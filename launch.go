@@ -345,6 +345,9 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		m.mu.Unlock()
 		m.startQueued(start)
 		m.deleteSession(sess.ID)
+		if errors.Is(err, ErrTaskLimit) || errors.Is(err, ErrBudget) { // another host's tasks count too
+			return e, false, err
+		}
 		return e, false, fmt.Errorf("asyncagents: the task could not be recorded, so it was not started; try again later: %w", err)
 	}
 	return e, start, nil
