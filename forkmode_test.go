@@ -31,7 +31,7 @@ func (c *forksClient) ForkSession(ctx context.Context, id string, req opencode.F
 // F-18: a native fork starts from OpenCode's copy of the caller, cut before the caller's
 // message, and runs the prompt after it: the task is forked (native), its session holds the
 // caller's messages then the prompt, and it completes as any task.
-func TestNativeForkF18(t *testing.T) {
+func TestNativeForkStartsFromTheCallersCopy(t *testing.T) {
 	f := fakeClient(t)
 	c := &forksClient{Client: f}
 	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
@@ -66,7 +66,7 @@ func TestNativeForkF18(t *testing.T) {
 }
 
 // F-18: a history the fork pipeline would cut to fit its budget falls back to the digest.
-func TestNativeForkFallsBackToDigestF18(t *testing.T) {
+func TestNativeForkOverBudgetFallsBackToDigest(t *testing.T) {
 	f := fakeClient(t)
 	c := &forksClient{Client: f}
 	p, err := fork.New(fork.WithBudget(fork.MinBudget))
@@ -130,7 +130,7 @@ func TestForkModeValidated(t *testing.T) {
 // seen only in the caller's tool output), its first model request repeats the caller's last
 // as a prefix (at least 95% of it), and it is a task like any other: notified, resumed, fork
 // and resume still refused together.
-func TestRealServerNativeForkF18(t *testing.T) {
+func TestRealServerNativeForkRepeatsTheCallersPrefix(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()

@@ -69,7 +69,7 @@ func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
 // H-2: the tasks of a Manager that stopped without a word (its leases left to expire) are
 // claimed by another Manager on the same database, which finds them ended on the server and
 // notifies the parent, once per task.
-func TestLeaseTakeoverH2(t *testing.T) {
+func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	if err != nil {
@@ -96,7 +96,7 @@ func TestLeaseTakeoverH2(t *testing.T) {
 // H-2: a Manager cut off from the database stops acting on its tasks before their leases
 // expire: while it is cut off its tasks end, another Manager claims them and notifies, and
 // when the database is back the first drops them; every task is notified once.
-func TestLeaseCutOffH2(t *testing.T) {
+func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
@@ -142,7 +142,7 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 // H-1: PostgreSQL restarts while tasks end. Nothing is lost: the Manager posts no
 // notification whose id it cannot store, and once the database is back every task is
 // stored completed and notified once.
-func TestLeaseDatabaseRestartH1(t *testing.T) {
+func TestDatabaseRestartLosesNothing(t *testing.T) {
 	srv, url, f, caller := pgCase(t)
 	store := openPG(t, url)
 	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
@@ -181,7 +181,7 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 // H-4: a concurrency limit holds across Managers sharing a SlotStore, and queued tasks start
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
 // two Managers run at once (busy sessions of the server).
-func TestSharedLimitH4(t *testing.T) {
+func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
@@ -250,7 +250,7 @@ func TestSharedLimitH4(t *testing.T) {
 // H-5: every operation works from any host. B lists A's tasks; Output, Cancel and Resume
 // on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
 // brings back and removes the caller's tasks that B holds. Each run end is notified once.
-func TestAnyHostH5(t *testing.T) {
+func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
@@ -316,7 +316,7 @@ func TestAnyHostH5(t *testing.T) {
 // H-6: Managers in front of two OpenCode servers share one database; a task is claimed only
 // by a Manager of its own server. A's tasks (server one) outlive A; B (server two) never
 // claims them, and A2, a new Manager of server one, finishes and notifies them.
-func TestSeveralServersH6(t *testing.T) {
+func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
 	one, two := fakeClient(t, opencodetest.WithHeldRuns()), fakeClient(t, opencodetest.WithHeldRuns())
@@ -371,7 +371,7 @@ func TestSeveralServersH6(t *testing.T) {
 
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
 // them (a Renew finds lost only what was held before it started), and each is notified once.
-func TestLaunchDuringRenewH2(t *testing.T) {
+func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
 	if err != nil {
@@ -409,7 +409,7 @@ func (failingRelease) Release(context.Context, ...string) error {
 // H-4: a host that stops after storing a task's end but before giving its slot back (its
 // Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
 // end gave it back.
-func TestSlotFreedWhenHostStopsH4(t *testing.T) {
+func TestSlotFreedWhenHostStops(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
@@ -438,7 +438,7 @@ func TestSlotFreedWhenHostStopsH4(t *testing.T) {
 
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
 // cleared.
-func TestRemoteChangeFeedH5(t *testing.T) {
+func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
 	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
@@ -497,7 +497,7 @@ func (c *messageLookups) Message(ctx context.Context, session, id string) (*open
 // 2 s). The holder hands the task over only once the outcome is set, so the record the new
 // holder claims shows the notification delivered: the new holder does not look it up or post
 // it again, and the parent gets one.
-func TestHandoverDuringDeliveryH5(t *testing.T) {
+func TestHandoverDuringDeliveryNotifiesOnce(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -548,7 +548,7 @@ func (s *holdingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // asks for the second task, which its holder hands over meanwhile. The merged post is not
 // made (the second is no longer the holder's to post); the first goes alone, the second is
 // posted by its new holder, and the parent gets each once.
-func TestHandoverOfAMergedNotificationH5(t *testing.T) {
+func TestHandoverOfAMergedNotificationNotifiesOnce(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	store := &holdingSaves{Store: openPG(t, url), held: make(chan string, 2), hold: map[string]chan struct{}{}}
@@ -656,7 +656,7 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 // task is being handed over to another host (its notification's post, held by a hook, keeps
 // the handover waiting) returns ErrLeaseLost and changes nothing; once the other host has the
 // task, a Resume there runs the follow-up, with one notification per run end.
-func TestResumeDuringHandoverH5(t *testing.T) {
+func TestResumeDuringHandoverChangesNothing(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -707,7 +707,7 @@ func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // holder, which acts on it again and hands it over at a later look, once it can save: the
 // asking host's Output returns the task, which then runs its follow-up, and each run ends
 // with one notification.
-func TestHandoverAfterFailedSaveH5(t *testing.T) {
+func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -742,7 +742,7 @@ func TestHandoverAfterFailedSaveH5(t *testing.T) {
 // keeps the follow-up queued rather than send it under a lease it is giving up; the new
 // holder sends it. (A hook holds the holder's delivery of the first run's notification, so
 // the handover waits while the second run ends.) Every run completes and is notified once.
-func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
+func TestFollowUpKeptDuringHandover(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -797,7 +797,7 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 // again less and less often (at the next look of its lease loop after the first failure,
 // then twice as long after each), not at every look, each a failing save; and it hands the
 // task over once it can save.
-func TestHandoverRetriesBackOffH5(t *testing.T) {
+func TestHandoverRetriesBackOff(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opt := asyncagents.WithFollowUpQueue(1)

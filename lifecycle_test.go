@@ -25,7 +25,7 @@ import (
 // T-10, P-3: many Outputs blocked on one task all return the completed task when its run
 // ends, marked retrieved once, at the same time for all of them, and stored so; a blocked
 // Output whose context ends first returns that error and changes nothing.
-func TestBlockedOutputsShareTheEndT10(t *testing.T) {
+func TestBlockedOutputsShareTheEnd(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	store := &asyncagents.MemoryStore{}
@@ -101,7 +101,7 @@ func TestBlockedOutputsShareTheEndT10(t *testing.T) {
 
 // T-10, T-18: Outputs blocked on each run of a resumed task get that run's end, the
 // resumed run's Outputs are not served the first run's end.
-func TestBlockedOutputsPerRunT10(t *testing.T) {
+func TestBlockedOutputsGetTheirRunsEnd(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f)
 	caller := fakeParent(t, f)
@@ -136,7 +136,7 @@ func TestBlockedOutputsPerRunT10(t *testing.T) {
 // N, P-3: a parent's notifications of a burst of run ends arrive one each, one at a time, in
 // the order the runs ended, while another parent's arrive too, when each is a prompt
 // (NotifyPerRun). Without reply, up to 8 go at once and only their groups are in order.
-func TestNotificationBurstInOrderN(t *testing.T) {
+func TestNotificationBurstInOrder(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
 	busy, other := fakeParent(t, f), fakeParent(t, f)
@@ -229,7 +229,7 @@ func (g *gatedReads) Events(ctx context.Context) (opencode.EventStream, error) {
 
 // P-3, T-6: a burst of run ends is read with more reads in flight than WithReconcilers, up
 // to 16 times as many; once the burst is read, the extra goroutines end.
-func TestReconcileBurstIsBoundedP3(t *testing.T) {
+func TestReconcileBurstIsBounded(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	g := &gatedReads{FakeClient: f, gate: make(chan struct{})}
 	m := newManager(t, g, asyncagents.WithReconcilers(2))
@@ -313,7 +313,7 @@ func (*laggingStatus) Events(context.Context) (opencode.EventStream, error) {
 // T-23: a run whose session the server does not list as busy yet while its first step is
 // streaming is not taken for interrupted: an idle session with an unfinished step must be
 // seen so twice, a second apart, before the run ends in error.
-func TestYoungRunNotInterruptedT23(t *testing.T) {
+func TestYoungRunNotInterrupted(t *testing.T) {
 	f := fakeClient(t)
 	c := &laggingStatus{FakeClient: f, lag: 600 * time.Millisecond, sent: map[string]time.Time{}}
 	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))

@@ -14,7 +14,7 @@ import (
 // T-21: over its limit a launch returns at once with the task queued (its place shown);
 // queued tasks start in launch order as slots free up, on every way a run ends, can be
 // cancelled, and survive a restart.
-func TestConcurrencyLimitsT21(t *testing.T) {
+func TestConcurrencyLimitsQueueInLaunchOrder(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	store := &asyncagents.MemoryStore{}
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
@@ -71,7 +71,7 @@ func TestConcurrencyLimitsT21(t *testing.T) {
 }
 
 // T-21: a clear frees the slots of the tasks it removes; limits are checked.
-func TestConcurrencyLimitClearT21(t *testing.T) {
+func TestClearFreesConcurrencySlots(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
 	caller := fakeParent(t, f)
@@ -91,7 +91,7 @@ func TestConcurrencyLimitClearT21(t *testing.T) {
 }
 
 // T-21 on the real server: with one slot, the second task waits and then completes.
-func TestRealServerConcurrencyLimitT21(t *testing.T) {
+func TestRealServerConcurrencyLimitQueues(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
@@ -119,7 +119,7 @@ func TestRealServerConcurrencyLimitT21(t *testing.T) {
 // or resume over it fails with ErrTaskLimit, creates no session and changes no task; other
 // parents are not affected; a run that ends, however it ends, frees a place; the count
 // survives a restart.
-func TestMaxActivePerParentS5(t *testing.T) {
+func TestMaxActivePerParent(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	counted := &countingClient{Client: f}
 	store := &asyncagents.MemoryStore{}
@@ -172,7 +172,7 @@ func TestMaxActivePerParentS5(t *testing.T) {
 // T-21: a launch under a concurrency limit with a free slot is running from its first
 // change on (a status page never shows it queued for a moment); one that must wait is queued
 // from its first change until it starts.
-func TestLaunchUnderFreeLimitIsNeverQueuedT21(t *testing.T) {
+func TestLaunchUnderFreeLimitIsNeverQueued(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
 	sub, _, err := m.Subscribe(0)

@@ -64,7 +64,7 @@ func await(t testing.TB, m *asyncagents.Manager, caller asyncagents.Caller, id s
 
 // T-18, R: Resume against a task whose run is ending: no data race, and every call either
 // resumes or says the task is busy.
-func TestResumeRacesCompletionT18(t *testing.T) {
+func TestResumeRacesCompletion(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f)
 	caller := fakeParent(t, f)
@@ -123,7 +123,7 @@ func (s *blockingStore) Save(ctx context.Context, t asyncagents.Task) error {
 
 // T-19, R: saves of one task never let an older record overwrite a newer one: the record
 // marked retrieved by Output stays the stored one, even when the completion's save is slow.
-func TestStoreSavesInOrderT19(t *testing.T) {
+func TestStoreSavesInOrder(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	store := &blockingStore{blocked: make(chan struct{}), release: make(chan struct{})}
 	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
@@ -158,7 +158,7 @@ func TestStoreSavesInOrderT19(t *testing.T) {
 }
 
 // T-14, T-10: a blocked Output on a task that Clear removes returns ErrTaskNotFound.
-func TestOutputOfClearedTaskT14(t *testing.T) {
+func TestBlockedOutputOfClearedTask(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f)
 	caller := fakeParent(t, f)
@@ -193,7 +193,7 @@ func (c *gatedClient) CreateSession(ctx context.Context, req opencode.CreateSess
 
 // T-20: a Launch racing Close records the session it created; Close waits for it, and every
 // operation afterwards is ErrClosed (Get included).
-func TestLaunchRacingCloseT20(t *testing.T) {
+func TestLaunchRacingClose(t *testing.T) {
 	f := fakeClient(t)
 	c := &gatedClient{FakeClient: f, entered: make(chan struct{}), gate: make(chan struct{})}
 	store := &asyncagents.MemoryStore{}
@@ -335,7 +335,7 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 // T-10: a blocking Output without a timeout waits DefaultOutputTimeout, a longer one is
 // clamped to MaxOutputTimeout, and a timeout is not an error; through the tool, timeout 0 is
 // the default too.
-func TestOutputTimeoutsT10(t *testing.T) {
+func TestOutputTimeoutDefaultAndClamp(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	m := newManager(t, f, asyncagents.WithClock(clock))
@@ -372,7 +372,7 @@ func TestOutputTimeoutsT10(t *testing.T) {
 
 // T-17: with WithNestingDepth(2) a task may launch tasks, whose sessions are denied the
 // tools; a launch below that is refused, also by a new Manager on the same store.
-func TestNestingDepthT17(t *testing.T) {
+func TestNestingDepth(t *testing.T) {
 	f := fakeClient(t)
 	store := &asyncagents.MemoryStore{}
 	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
@@ -414,7 +414,7 @@ func TestNestingDepthT17(t *testing.T) {
 
 // T-18: with WithFollowUpQueue(1) a follow-up for a busy task is queued, stored, and sent
 // when the run ends; one more is ErrTaskBusy; a cancel drops the queue.
-func TestFollowUpQueueT18(t *testing.T) {
+func TestFollowUpQueue(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	store := &asyncagents.MemoryStore{}
 	m := newManager(t, f, asyncagents.WithFollowUpQueue(1), asyncagents.WithStore(store))
@@ -456,7 +456,7 @@ func TestFollowUpQueueT18(t *testing.T) {
 
 // T-22: a run past its deadline, or without activity for the stale timeout, is aborted and
 // ends in error naming the limit; the parent is notified once.
-func TestWatchdogsT22(t *testing.T) {
+func TestWatchdogsAbortTheRun(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Now())
 	m := newManager(t, f, asyncagents.WithClock(clock), asyncagents.WithStaleTimeout(5*time.Minute))
@@ -508,7 +508,7 @@ func fakeBusy(f *opencodetest.FakeClient, id string) bool {
 // T-4a: a task runs in its parent session's directory, whatever the client's default: its
 // session is created there, its agent is checked against that directory's agents, and the
 // poll asks that directory's status.
-func TestLaunchInParentDirectoryT4a(t *testing.T) {
+func TestLaunchInParentDirectory(t *testing.T) {
 	f := fakeClient(t)
 	c := &countingClient{Client: f}
 	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
@@ -548,7 +548,7 @@ func (lostPrompts) PromptAsync(context.Context, string, opencode.PromptRequest) 
 // the host then stops before the server has the prompt. The next Manager on the store finds
 // the session idle without it, a grace after it started, sends it under the task's prompt id,
 // and the task completes: the prompt reached the server once.
-func TestPromptLostBeforeHostStoppedT19(t *testing.T) {
+func TestPromptLostBeforeHostStopped(t *testing.T) {
 	f := fakeClient(t)
 	store := &asyncagents.MemoryStore{}
 	m1 := newManager(t, lostPrompts{f}, asyncagents.WithStore(store))
@@ -597,7 +597,7 @@ func (c *heldSessionReads) GetSession(ctx context.Context, id string) (*opencode
 
 // T-18: a Resume while a queued follow-up of the ended run is being started is queued behind
 // it (not sent at once, and not refused): the follow-ups run in the order they were given.
-func TestResumeWhileAFollowUpStartsT18(t *testing.T) {
+func TestResumeWhileAFollowUpStarts(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &heldSessionReads{FakeClient: f}
 	m := newManager(t, c, asyncagents.WithFollowUpQueue(2))

@@ -97,11 +97,13 @@ func FormatFull(out asyncagents.Output) string {
 	return asyncagents.FormatMessages(out.Messages, out.MoreMessages, true, true)
 }
 
-// T-11 on the fake.
-func TestFullSessionT11(t *testing.T) { checkFullSession(t, fakeClient(t)) }
+// T-11: full_session returns the task session's messages (role, text, optionally reasoning
+// and tool results), with since_message_id (the messages after that real message id) and
+// message_limit (1–100), working on OpenCode's real part types. On the fake.
+func TestFullSession(t *testing.T) { checkFullSession(t, fakeClient(t)) }
 
-// T-11 on the real server.
-func TestRealServerFullSessionT11(t *testing.T) {
+// T-11, as TestFullSession, on the real server.
+func TestRealServerFullSession(t *testing.T) {
 	ctxT(t, time.Minute)
 	checkFullSession(t, shared.Get(t).Client())
 }

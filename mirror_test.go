@@ -113,7 +113,7 @@ func readDecision(t *testing.T, c opencode.Client, task asyncagents.Task, baseli
 // T-6: a run whose events the Manager received from its prompt to its idle is completed from
 // them, without a read of its messages, with the result a read gives: a plain text reply, a
 // reply after tool calls and reasoning, and a resumed run (decided on its own messages).
-func TestCompletionFromEventsT6(t *testing.T) {
+func TestCompletionFromEvents(t *testing.T) {
 	c := &readsClient{Client: fakeClient(t)}
 	m, caller := streamManager(t, c)
 	decided := asyncagents.StreamDecided(m)
@@ -166,7 +166,7 @@ func TestCompletionFromEventsT6(t *testing.T) {
 // sent: it is decided from its events however late the stream delivers them. The same run is
 // read when the stream does not deliver that session.created: nothing shows that the stream
 // was subscribed before the prompt was sent.
-func TestCompletionFromEventsBoundBySessionCreatedT6(t *testing.T) {
+func TestCompletionFromEventsBoundBySessionCreated(t *testing.T) {
 	for _, missed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "delivered", true: "missed"}[missed], func(t *testing.T) {
 			f := fakeClient(t)
@@ -200,7 +200,7 @@ func TestCompletionFromEventsBoundBySessionCreatedT6(t *testing.T) {
 // T-6: runs are decided from their events whatever the speed of the server's answers: a
 // Client answering within microseconds (in the same process) and one answering after
 // milliseconds (over a network) alike.
-func TestCompletionFromEventsWhateverTheLatencyT6(t *testing.T) {
+func TestCompletionFromEventsWhateverTheLatency(t *testing.T) {
 	for _, delay := range []time.Duration{0, 3 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			rc := &readsClient{Client: fakeClient(t)}
@@ -260,7 +260,7 @@ func infoOf(ev opencode.Event) opencode.MessageInfo {
 // T-6: when the events did not carry the whole run, the run is decided from a read, as
 // before: a frame missing (the final text, the completion of the reply), a run
 // that went on over a reconnect of the stream, and a reply that failed.
-func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
+func TestCompletionFromEventsFallsBackToRead(t *testing.T) {
 	finalText := func(ev opencode.Event) bool {
 		p := partOf(ev)
 		return ev.Type == opencode.EventMessagePartUpdate && p.Type == opencode.PartText && strings.Contains(string(p.Raw), `"end":`)
@@ -319,7 +319,7 @@ func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
 // T-6 on the real server: runs the events carried whole are completed from them, without a
 // read, with the result a read decides (a plain reply, one after tool calls, one after
 // reasoning); a run that fails with a model error is decided from a read, as before.
-func TestRealServerCompletionFromEventsT6(t *testing.T) {
+func TestRealServerCompletionFromEvents(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := &readsClient{Client: srv.Client()}
@@ -356,9 +356,9 @@ func TestRealServerCompletionFromEventsT6(t *testing.T) {
 // for a second so that they all run and end together, is decided from what the stream carried,
 // not one task's messages read (a counting Client). (A task launched before OpenCode has
 // subscribed the Manager's new stream, which it does a moment after answering, is read: the
-// stream missed its start. TestCompletionFromEventsBoundBySessionCreatedT6 shows the rule for
+// stream missed its start. TestCompletionFromEventsBoundBySessionCreated shows the rule for
 // a stream open but silent when the tasks are launched.)
-func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
+func TestRealServerBurstCompletedFromEvents(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	srv := shared.Get(t)
@@ -415,7 +415,7 @@ func (c *slowStream) Events(ctx context.Context) (opencode.EventStream, error) {
 // connection attempt is over, so that the stream delivers their session.created: their runs
 // are decided from their events. When that attempt fails, they go on without waiting for
 // another (and are read).
-func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
+func TestLaunchAwaitsTheStreamsFirstAttempt(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(map[bool]string{false: "opened", true: "failed"}[fail], func(t *testing.T) {
 			f := fakeClient(t)
@@ -454,7 +454,7 @@ func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
 // T-6 on the real server, with a counting client behind a proxy: a run whose event stream is
 // cut while it runs is read (the stream missed part of it) and completes with its real result;
 // a run launched after the stream reconnected is decided from its events, without a read.
-func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
+func TestRealServerStreamCutLeavesRunToRead(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, hc := proxied(t, srv)
@@ -495,7 +495,7 @@ func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
 // T-6: a launch right after New waits for the event stream's first connection attempt at most
 // the quick request timeout, even with a Client whose Events does not return when its
 // context ends.
-func TestLaunchAwaitsTheStreamAtMostTheQuickTimeoutT6(t *testing.T) {
+func TestLaunchAwaitsTheStreamAtMostTheQuickTimeout(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &slowStream{readsClient: &readsClient{Client: f}, open: make(chan struct{}), deaf: true}
@@ -515,7 +515,7 @@ func TestLaunchAwaitsTheStreamAtMostTheQuickTimeoutT6(t *testing.T) {
 
 // T-6: a run the stream carried whole whose frames do not show it completed (the model
 // failed) is decided at once from a read, not left to the status poll (an hour away here).
-func TestFailedRunCarriedWholeIsReadT6(t *testing.T) {
+func TestFailedRunCarriedWholeIsRead(t *testing.T) {
 	c := &readsClient{Client: fakeClient(t)}
 	m, caller := streamManager(t, c)
 	task := launch(t, m, caller, "FAIL:500")

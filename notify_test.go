@@ -303,7 +303,7 @@ func TestNotificationSurvivesClose(t *testing.T) {
 	}
 }
 
-// N-3: a parent's newest message is read once per wave of notifications, not once per
+// N: a parent's newest message is read once per wave of notifications, not once per
 // notification: the others take their ids from the event stream and from the ids the Manager
 // posted, in increasing order. After the stream reconnects, the next wave reads it again;
 // once the parent has no active task and nothing to deliver, it is no longer followed.
@@ -342,7 +342,7 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 	}
 }
 
-// N-3 on the real server: the notifications of a wave of run ends read the parent's newest
+// N on the real server: the notifications of a wave of run ends read the parent's newest
 // message once, and each is in the parent once.
 func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,7 @@ const outside = "RUN:cat /no/such/file.txt"
 
 // T-16, N-9: without a policy a request waits, shows on the task and in the list, and the
 // parent is told once; a policy answers it on the task's directory.
-func TestPermissionPolicyT16(t *testing.T) {
+func TestPermissionPolicy(t *testing.T) {
 	t.Run("surface", func(t *testing.T) {
 		f := fakeClient(t)
 		m := newManager(t, f)
@@ -79,7 +79,7 @@ func TestPermissionPolicyT16(t *testing.T) {
 
 // T-16 on the real server: a policy that allows once lets the task run its command; without
 // one the parent is told that the task waits.
-func TestRealServerPermissionPolicyT16(t *testing.T) {
+func TestRealServerPermissionPolicy(t *testing.T) {
 	srv := ownServer(t) // cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)

@@ -111,7 +111,7 @@ func waitMidRun(t *testing.T, ctx context.Context, c opencode.Client, tasks []as
 // and their last steps never finish), so each task ends in error ("interrupted") within a
 // few poll intervals, a blocked Output returns, and each parent is told once per task. Both
 // scenarios restart one server of the test's own, one after the other.
-func TestFaultServerRestartT23(t *testing.T) {
+func TestFaultServerRestartInterruptsRuns(t *testing.T) {
 	t.Parallel()
 	srv := opencodetest.Start(t)
 	// The proxy answers 503 while the server is down and starting, so the Manager sees the
@@ -216,7 +216,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 // T-7: with the event stream refused (503) and every prompt_async held 300–800 ms, so the
 // poll can find a task's session idle before its prompt arrives, every task still completes
 // and each parent is told, from the status poll alone.
-func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
+func TestFaultPollFallbackWithoutEvents(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
@@ -291,7 +291,7 @@ func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
 // than the handful a short retry budget allows — gets its notification once it is back,
 // exactly once. The Manager's clock is fake so that minutes of backoff pass at once; the
 // server, the proxy and every request are real.
-func TestFaultParentOutageNotificationOnceN(t *testing.T) {
+func TestFaultParentOutageNotifiedOnce(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
@@ -328,7 +328,7 @@ func TestFaultParentOutageNotificationOnceN(t *testing.T) {
 // N, §8: the first notification post reaches the server but its answer is lost (the
 // connection breaks): the retry finds the message by its id and does not post it again. And
 // one the server acknowledged (204) and never stored is found missing and posted again.
-func TestFaultLostNotificationResponseN(t *testing.T) {
+func TestFaultLostNotificationResponse(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	for _, tc := range []struct {
@@ -400,7 +400,7 @@ func countTurnPrompts(t *testing.T, c opencode.Client, parent string) int {
 // delivered promptly, and A's retries go on; A gets its own once it is back. The Manager's
 // clock is fake, so A's retries come when the test advances it; B's delivery needs no
 // advance at all.
-func TestFaultHeadOfLineN(t *testing.T) {
+func TestFaultUnreachableParentDelaysNoOther(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
@@ -443,7 +443,7 @@ func TestFaultHeadOfLineN(t *testing.T) {
 // a stuck server or a half-open connection does — do not hold up another parent's
 // notification: each attempt is bounded by the request timeout and more parents than that
 // are served at once. Spec §4: "one unreachable parent never delays another".
-func TestFaultHungParentsHeadOfLineN(t *testing.T) {
+func TestFaultHungParentsDelayNoOther(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
@@ -484,7 +484,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 // go on on the server); one finishes while no Manager runs. A new Manager on the same file
 // (once the first store is closed: the file is locked until then) finishes every task and
 // tells each parent once per task.
-func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
+func TestFaultHostRestartOnFileStore(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -535,7 +535,7 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 // starts and again mid-run, session.status idle, idles of unknown sessions, a malformed
 // frame — and the event stream cut in the middle of the runs: every task completes with its
 // real result, once, and each parent is told once per task.
-func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
+func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
@@ -589,7 +589,7 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 // runs, and comes back on the same port and data. Nothing was written for the cut runs (no
 // finish, no error, no completion time), yet each task ends in error ("interrupted") soon
 // after the server is back, with one notification.
-func TestFaultServerKilledT23(t *testing.T) {
+func TestFaultServerKilledInterruptsRuns(t *testing.T) {
 	t.Parallel()
 	srv := opencodetest.Start(t)
 	c := srv.Client()
@@ -673,7 +673,7 @@ func prompts(t *testing.T, c opencode.Client, id, text string) []int {
 // server, or the server answers and drops it. Launches, forked launches, queued starts and
 // follow-ups alike: the run goes on as the server runs it and ends completed, with one
 // notification, and the server got the prompt once (one message, one text part).
-func TestFaultLostPromptT4(t *testing.T) {
+func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	type scenario struct {

@@ -450,7 +450,7 @@ func TestRealServerPermissionAsked(t *testing.T) {
 
 // T-17 on the real server: a depth-1 task of WithNestingDepth(2) has no rule against the
 // tools; the task it launches gets the deny rule, and cannot launch further.
-func TestRealServerNestingDepthT17(t *testing.T) {
+func TestRealServerNestingDepth(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
@@ -488,7 +488,7 @@ func TestRealServerNestingDepthT17(t *testing.T) {
 }
 
 // T-18 on the real server: a follow-up queued while the task runs is sent when it ends.
-func TestRealServerFollowUpQueueT18(t *testing.T) {
+func TestRealServerFollowUpQueue(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
@@ -516,7 +516,7 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 // T-22 on the real server: a run past its deadline is aborted and ends in error; with a stale
 // timeout shorter than the run, a tool that keeps streaming output is not stale, a tool that
 // says nothing for longer is.
-func TestRealServerWatchdogsT22(t *testing.T) {
+func TestRealServerWatchdogs(t *testing.T) {
 	srv := ownServer(t) // aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
@@ -554,7 +554,7 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 // from a parent session of each project, plain and forked, run in that project: their
 // sessions belong to its instance, their model is told its directory, their bash runs there,
 // and they complete, are notified and resume as any task, with a client scoped to the first.
-func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
+func TestRealServerTasksRunInTheirProject(t *testing.T) {
 	srv := shared.Get(t)
 	other, err := srv.NewProject(fmt.Sprintf("other-%d", time.Now().UnixNano()))
 	if err != nil {

@@ -292,7 +292,7 @@ func TestRealServerTools(t *testing.T) {
 // S-5, T-22: the task tool's description states the host's limits, and a deadline longer
 // than the host's is refused with the limit named; a launch over the per-parent cap is an
 // error the model can act on.
-func TestTaskToolLimitsS5(t *testing.T) {
+func TestTaskToolStatesTheLimits(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	m := newManager(t, f, asyncagents.WithDeadline(30*time.Minute), asyncagents.WithStaleTimeout(5*time.Minute),
 		asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
@@ -323,7 +323,7 @@ func TestTaskToolLimitsS5(t *testing.T) {
 }
 
 // T-22 through the task tool: deadline is in seconds.
-func TestTaskToolDeadlineT22(t *testing.T) {
+func TestTaskToolDeadlineInSeconds(t *testing.T) {
 	f := opencodetest.NewFakeClient(opencodetest.WithHeldRuns())
 	defer f.Close()
 	m, err := asyncagents.New(f)

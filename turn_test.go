@@ -119,7 +119,7 @@ func allTurns(m *asyncagents.Manager, ids []string, want asyncagents.TurnState) 
 // N: runs of one parent that end together cost the parent one turn: each notification is
 // posted without reply at once, then one prompt names them all; the notifications share its
 // id (TurnID).
-func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
+func TestWaveRunsEndingTogetherOneTurn(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c)
@@ -154,7 +154,7 @@ func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
 // N: while the parent has tasks running, its turn waits for the wave window after the
 // newest run end; a run that ends alone gets its turn after the window, and the last run of
 // the batch gets one at once.
-func TestWaveWindowN(t *testing.T) {
+func TestWaveTurnWaitsForTheWindow(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	const window = time.Second
@@ -191,7 +191,7 @@ func TestWaveWindowN(t *testing.T) {
 
 // N: a parent that wrote a message after the notifications (its loop was running, or a
 // prompt came) saw them in that turn: no turn prompt is posted and they are marked seen.
-func TestWaveSeenByTheParentsOwnTurnN(t *testing.T) {
+func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
@@ -216,7 +216,7 @@ func TestWaveSeenByTheParentsOwnTurnN(t *testing.T) {
 
 // N, R: a turn prompt whose answer was lost after the server stored it is found by its id
 // before the retry and not posted again.
-func TestWaveTurnAnswerLostIsNotDuplicatedN(t *testing.T) {
+func TestWaveTurnAnswerLostIsNotDuplicated(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &promptsClient{Client: f, lose: 1, loseIn: caller.SessionID}
@@ -234,7 +234,7 @@ func TestWaveTurnAnswerLostIsNotDuplicatedN(t *testing.T) {
 
 // N, T-19: a turn still owed when the Manager closes (the parent was unreachable) is asked
 // for, once, by the next Manager on the same store.
-func TestWaveTurnSurvivesCloseN(t *testing.T) {
+func TestWaveTurnSurvivesClose(t *testing.T) {
 	f := fakeClient(t)
 	caller := fakeParent(t, f)
 	c := &promptsClient{Client: f}
@@ -313,7 +313,7 @@ func TestNotifyPolicyOptionsValidated(t *testing.T) {
 // the turn prompt naming them; each is in the parent once. The first notification's post is
 // held until the three runs have ended, so the others are merged into one message (with the
 // first too, when it came due last): the model reads each entry of it.
-func TestRealServerWaveOneTurnN(t *testing.T) {
+func TestRealServerWaveOneTurn(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -387,7 +387,7 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 
 // N: while runs of the parent keep ending within the wave window of each other, its turn
 // waits at most 5 windows after the first notification it covers.
-func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
+func TestWaveTurnWaitsAtMostFiveWindows(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	const window = 200 * time.Millisecond
@@ -450,10 +450,10 @@ func (c *concurrentPrompts) Prompt(ctx context.Context, id string, req opencode.
 	return c.Client.Prompt(ctx, id, req)
 }
 
-// N-3: the notifications of a burst under one parent, posted without reply, are merged: those
+// N: the notifications of a burst under one parent, posted without reply, are merged: those
 // due together share one message, at most 128 to a message and up to 8 messages at once, and
 // each run end is one entry in one message.
-func TestWaveNotificationsMergedN(t *testing.T) {
+func TestWaveNotificationsMerged(t *testing.T) {
 	const n = 300
 	carried, most := mergedBurst(t, n, "d")
 	if want := 1 + (n-1+127)/128; len(carried) > want || slices.Max(carried) > 128 {
@@ -464,9 +464,9 @@ func TestWaveNotificationsMergedN(t *testing.T) {
 	}
 }
 
-// N-3: a merged message carries at most 64 KiB of text: notifications of 20,000-character
+// N: a merged message carries at most 64 KiB of text: notifications of 20,000-character
 // descriptions go three to a message.
-func TestWaveNotificationsMergedUpTo64KiBN(t *testing.T) {
+func TestWaveNotificationsMergedUpTo64KiB(t *testing.T) {
 	carried, _ := mergedBurst(t, 10, strings.Repeat("long description ", 20000/17))
 	if slices.Max(carried) != 3 {
 		t.Errorf("notifications per message posted: %v; want at most 3, and 3 while 3 are due", carried)
@@ -535,7 +535,7 @@ func (c *swallowClient) PromptAsync(ctx context.Context, id string, req opencode
 // N, R: a turn prompt the server acknowledged and did not store is asked again while the
 // parent still has a task running: the parent's newest message is read anew, not taken to be
 // the prompt that is not there.
-func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
+func TestWaveTurnNotStoredIsAskedAgain(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &swallowClient{Client: f, swallow: 1}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(50*time.Millisecond), asyncagents.WithPollInterval(50*time.Millisecond))
@@ -559,7 +559,7 @@ func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
 // N, R: when a retry finds that an earlier turn prompt landed after all, that prompt covers
 // the notifications posted before it; one delivered during the retry's backoff still gets a
 // turn of its own.
-func TestWaveTurnFoundCoversOnlyOlderNotificationsN(t *testing.T) {
+func TestWaveTurnFoundCoversOnlyOlderNotifications(t *testing.T) {
 	f := fakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f, lose: 1}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(20*time.Millisecond))

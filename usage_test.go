@@ -50,7 +50,7 @@ func sameUsage(a, b asyncagents.Usage) bool {
 
 // C-1: a task's usage is the sum of its session's steps, per run and in all; the first step
 // is kept; the notification's hint and the output and list tools say it.
-func TestTaskUsageC1(t *testing.T) {
+func TestTaskUsageSumsItsSteps(t *testing.T) {
 	f := fakeClient(t)
 	m := newManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := fakeParent(t, f)
@@ -100,7 +100,7 @@ func TestTaskUsageC1(t *testing.T) {
 // C-1 on the real server: a task's usage equals the sum of its session's steps and the
 // session's own totals, over a resume and across a restart of the host in the middle of a
 // run (the steps of the downtime are counted from the messages the run is decided from).
-func TestRealServerTaskUsageC1(t *testing.T) {
+func TestRealServerTaskUsageSumsItsSteps(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -150,7 +150,7 @@ func TestRealServerTaskUsageC1(t *testing.T) {
 
 // C-2: a parent's tree usage sums its tasks and the tasks they launched; the list tool says
 // it.
-func TestTreeUsageC2(t *testing.T) {
+func TestTreeUsageSumsNestedTasks(t *testing.T) {
 	f := fakeClient(t)
 	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := fakeParent(t, f)
@@ -182,7 +182,7 @@ func TestTreeUsageC2(t *testing.T) {
 
 // C-4: a run that reaches its budget is aborted like a deadline: the task ends in error
 // naming the budget and what was used, and its parent is notified once.
-func TestTaskBudgetAbortsTheRunC4(t *testing.T) {
+func TestTaskBudgetAbortsTheRun(t *testing.T) {
 	f := fakeClient(t)
 	m := newManager(t, f, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 150}),
 		asyncagents.WithPollInterval(20*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
@@ -205,7 +205,7 @@ func TestTaskBudgetAbortsTheRunC4(t *testing.T) {
 
 // C-4: a caller whose tasks used its tree budget cannot launch or resume more (ErrBudget,
 // nothing created); a launch may ask for a budget within the host's, not above it.
-func TestTreeBudgetRefusesLaunchesC4(t *testing.T) {
+func TestTreeBudgetRefusesLaunches(t *testing.T) {
 	f := fakeClient(t)
 	c := &createsClient{Client: f}
 	m := newManager(t, c, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
@@ -243,7 +243,7 @@ func TestTreeBudgetRefusesLaunchesC4(t *testing.T) {
 
 // C-4 on the real server: a run that reaches its budget of tokens is aborted, ends in error
 // naming the budget, and its parent is notified once.
-func TestRealServerTaskBudgetC4(t *testing.T) {
+func TestRealServerTaskBudgetAbortsTheRun(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -312,7 +312,7 @@ const longRun = "RUN:sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 |||
 
 // C-1: a run decided from a read, longer than the read's window, and with no step seen on the
 // stream (as after a restart of the host), is counted whole: the read pages back to its prompt.
-func TestUsageOfALongRunDecidedByAReadC1(t *testing.T) {
+func TestUsageOfALongRunDecidedByARead(t *testing.T) {
 	f := fakeClient(t)
 	c := &dropClient{FakeClient: f, drop: func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}
 	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
@@ -326,7 +326,7 @@ func TestUsageOfALongRunDecidedByAReadC1(t *testing.T) {
 }
 
 // C-4: clearing its tasks does not give a caller its tree budget back.
-func TestTreeBudgetCountsClearedTasksC4(t *testing.T) {
+func TestTreeBudgetCountsClearedTasks(t *testing.T) {
 	f := fakeClient(t)
 	m := newManager(t, f, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	caller := fakeParent(t, f)
@@ -345,7 +345,7 @@ func TestTreeBudgetCountsClearedTasksC4(t *testing.T) {
 }
 
 // C-4: a task below a caller whose tree reached its budget cannot launch more either.
-func TestTreeBudgetHoldsBelowC4(t *testing.T) {
+func TestTreeBudgetHoldsBelow(t *testing.T) {
 	f := fakeClient(t)
 	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
@@ -380,7 +380,7 @@ func (c *slowReadClient) Messages(ctx context.Context, id string, limit int) ([]
 
 // C-4: a run whose last step reaches its budget ended anyway: it is decided (completed, with
 // its result), not aborted, however late its read.
-func TestBudgetReachedByTheLastStepCompletesC4(t *testing.T) {
+func TestBudgetReachedByTheLastStepCompletes(t *testing.T) {
 	f := fakeClient(t)
 	c := &slowReadClient{dropClient{FakeClient: f, drop: func(ev opencode.Event) bool {
 		return ev.Type == opencode.EventSessionIdle || ev.Type == opencode.EventSessionStatus
