@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkBurstReadFloor is the floor under BenchmarkScale's burst over HTTP: the same
-// leanServer behind opencodetest.HTTPServer, the same runs ended at once, read by a loop that
+// lean server behind opencodetest.HTTPServer, the same runs ended at once, read by a loop that
 // only takes each event off opencode.HTTPClient's stream (the SSE parse and the envelope's
 // decode) and marks each run's idle: no Manager. Its idle-read figures are what any client
 // of GET /global/event built on opencode.HTTPClient lags behind this burst on this machine,
