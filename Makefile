@@ -104,7 +104,7 @@ bench: opencode
 # bench-waves runs tasks of one parent on a real server, ending together or over 5 s, the parent
 # idle or busy, under each notification policy, and reports the parent's turns and latencies.
 bench-waves: opencode
-	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWavesN -benchtime 1x -timeout 30m .
+	ASYNCAGENTS_BENCH_WAVES=1 $(GO) test -run '^$$' -bench BenchmarkRealServerWaves -benchtime 1x -timeout 30m .
 
 # bench-hosts: see BenchmarkRealServerHosts.
 bench-hosts: opencode postgres

@@ -10,8 +10,8 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
-// BenchmarkBurstReadFloor is the floor under BenchmarkScaleP3P4's burst over HTTP: the same
-// leanServer behind opencodetest.HTTPServer, the same runs ended at once, read by a loop that
+// BenchmarkBurstReadFloor is the floor under BenchmarkScale's burst over HTTP: the same
+// lean server behind opencodetest.HTTPServer, the same runs ended at once, read by a loop that
 // only takes each event off opencode.HTTPClient's stream (the SSE parse and the envelope's
 // decode) and marks each run's idle: no Manager. Its idle-read figures are what any client
 // of GET /global/event built on opencode.HTTPClient lags behind this burst on this machine,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -56,7 +57,7 @@ func BenchmarkRealServerForkModes(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if got := await(b, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ForkMode != mode {
+					if got := asyncagentstest.Await(b, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ForkMode != mode {
 						b.Fatalf("task %s in mode %q: %q", got.Status, got.ForkMode, got.Error)
 					}
 					first := firstRequest(b, srv.Model, marker)

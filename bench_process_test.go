@@ -17,11 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncagents/asyncagents/internal/leanserver"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-// The scale benchmarks' transport=process: leanServer behind opencodetest.HTTPServer in a
+// The scale benchmarks' transport=process: the lean server behind opencodetest.HTTPServer in a
 // process of its own, as `opencode serve` is one. It is this test binary run as
 // TestLeanServerProcess; the benchmark ends its runs through a second loopback listener of
 // that process (POST /end, all of a finish in one request, so that a burst is as fast as in
@@ -38,8 +39,7 @@ func TestLeanServerProcess(t *testing.T) {
 	if os.Getenv(leanServerEnv) == "" {
 		t.Skip("the scale benchmarks' server process (transport=process), started by them")
 	}
-	lean := newLeanBackend().(*leanServer)
-	lean.remote = true
+	lean := leanserver.New(leanserver.Served())
 	front := opencodetest.NewHTTPServer(lean)
 	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -56,13 +56,13 @@ func TestLeanServerProcess(t *testing.T) {
 				if d := time.Until(t0.Add(time.Duration(i) * every)); d > 0 {
 					time.Sleep(d)
 				}
-				out = strconv.AppendInt(out, lean.end(id).UnixNano(), 10)
+				out = strconv.AppendInt(out, lean.End(id).UnixNano(), 10)
 				out = append(out, '\n')
 			}
 			_, _ = w.Write(out)
 		case "/settled": // whether every run is held and every event sent was read (read=N)
 			n, _ := strconv.ParseInt(r.URL.Query().Get("read"), 10, 64)
-			_, _ = fmt.Fprint(w, lean.settled() && lean.sent.Load() == n)
+			_, _ = fmt.Fprint(w, lean.Settled() && lean.Sent() == n)
 		default:
 			http.NotFound(w, r)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-// BenchmarkRealServerWavesN measures what a parent's notifications cost its model, on the
+// BenchmarkRealServerWaves measures what a parent's notifications cost its model, on the
 // real server with the scripted model recording every request: tasks of one parent end
 // together (each run 2 s) or spread evenly over 5 s (runs of 1 to 6 s), while the parent is
 // idle, or busy in a turn of its own (a 7 s model step started before the launches), under
@@ -34,7 +34,7 @@ import (
 //	               parent more than once
 //
 // It takes minutes, so it runs only when ASYNCAGENTS_BENCH_WAVES is set (make bench-waves).
-func BenchmarkRealServerWavesN(b *testing.B) {
+func BenchmarkRealServerWaves(b *testing.B) {
 	if os.Getenv("ASYNCAGENTS_BENCH_WAVES") == "" {
 		b.Skip("set ASYNCAGENTS_BENCH_WAVES=1 (make bench-waves): it takes minutes")
 	}

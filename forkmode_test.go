@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -31,11 +32,11 @@ func (c *forksClient) ForkSession(ctx context.Context, id string, req opencode.F
 // F-18: a native fork starts from OpenCode's copy of the caller, cut before the caller's
 // message, and runs the prompt after it: the task is forked (native), its session holds the
 // caller's messages then the prompt, and it completes as any task.
-func TestNativeForkF18(t *testing.T) {
-	f := fakeClient(t)
+func TestNativeForkStartsFromTheCallersCopy(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &forksClient{Client: f}
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
 	if _, err := f.Prompt(context.Background(), caller.SessionID, opencode.PromptRequest{
 		Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo inherited-token")}}); err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestNativeForkF18(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := await(t, m, caller, task.ID)
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusCompleted || !got.Forked || got.ForkMode != asyncagents.ForkNative || got.ForkStats == nil {
 		t.Fatalf("task %s forked %v mode %q stats %v: %q", got.Status, got.Forked, got.ForkMode, got.ForkStats, got.Error)
 	}
@@ -66,16 +67,16 @@ func TestNativeForkF18(t *testing.T) {
 }
 
 // F-18: a history the fork pipeline would cut to fit its budget falls back to the digest.
-func TestNativeForkFallsBackToDigestF18(t *testing.T) {
-	f := fakeClient(t)
+func TestNativeForkOverBudgetFallsBackToDigest(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &forksClient{Client: f}
 	p, err := fork.New(fork.WithBudget(fork.MinBudget))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, asyncagents.WithForkPipeline(p), asyncagents.WithForkMode(asyncagents.ForkNative),
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithForkPipeline(p), asyncagents.WithForkMode(asyncagents.ForkNative),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	for range 3 {
 		if _, err := f.Prompt(context.Background(), caller.SessionID, opencode.PromptRequest{
 			Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo " + strings.Repeat("x", 600))}}); err != nil {
@@ -87,7 +88,7 @@ func TestNativeForkFallsBackToDigestF18(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := await(t, m, caller, task.ID)
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.ForkMode != asyncagents.ForkDigest || c.forks.Load() != 0 || got.ForkStats.RemovedMessages == 0 && !got.ForkStats.BudgetClipped {
 		t.Errorf("mode %q after %d forks, stats %+v: want the digest", got.ForkMode, c.forks.Load(), got.ForkStats)
 	}
@@ -95,13 +96,13 @@ func TestNativeForkFallsBackToDigestF18(t *testing.T) {
 
 // Bad fork modes are refused: by New, by Launch (nothing created), by the task tool's schema.
 func TestForkModeValidated(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	if _, err := asyncagents.New(f, asyncagents.WithForkMode("copy")); !errors.Is(err, asyncagents.ErrInvalidInput) {
 		t.Errorf("New = %v", err)
 	}
 	c := &createsClient{Client: f}
-	m := newManager(t, c)
-	caller := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, c, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "build",
 		Prompt: "p", Fork: true, ForkMode: "copy"}); !errors.Is(err, asyncagents.ErrInvalidInput) || c.creates.Load() != 0 {
 		t.Errorf("Launch = %v after %d sessions created", err, c.creates.Load())
@@ -130,11 +131,11 @@ func TestForkModeValidated(t *testing.T) {
 // seen only in the caller's tool output), its first model request repeats the caller's last
 // as a prefix (at least 95% of it), and it is a task like any other: notified, resumed, fork
 // and resume still refused together.
-func TestRealServerNativeForkF18(t *testing.T) {
+func TestRealServerNativeForkRepeatsTheCallersPrefix(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	parent, secret := parentWithWork(t, c)
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	parentLast := lastChat(t, srv.Model.Requests(), secret)
@@ -143,7 +144,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := await(t, m, caller, task.ID)
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusCompleted || got.ForkMode != asyncagents.ForkNative || !strings.Contains(got.Result, secret) {
 		t.Fatalf("task %s mode %q result %q (want %s): %q", got.Status, got.ForkMode, got.Result, secret, got.Error)
 	}
@@ -157,7 +158,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if float64(shared) < 0.95*float64(len(a)) {
 		t.Errorf("shared prefix %d of %d bytes, want at least 95%%", shared, len(a))
 	}
-	waitFor(t, 20*time.Second, func() bool { return delivered(m, task.ID) })
+	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "x", Agent: "build",
 		Prompt: "x", Fork: true, ForkMode: asyncagents.ForkNative, Resume: task.ID}); !errors.Is(err, asyncagents.ErrForkResumeConflict) {
 		t.Errorf("fork and resume = %v", err)
@@ -165,7 +166,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if _, err := m.Resume(context.Background(), caller, task.ID, "RUN:echo resumed-native"); err != nil {
 		t.Fatal(err)
 	}
-	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ResumeCount != 1 {
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.ResumeCount != 1 {
 		t.Errorf("after a resume: %s, %d resumes: %q", got.Status, got.ResumeCount, got.Error)
 	}
 	// A native fork is cancelled as any task.
@@ -174,7 +175,7 @@ func TestRealServerNativeForkF18(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool { return busy(context.Background(), c, long.ID) })
+	asyncagentstest.AwaitBusy(t, c, long.ID)
 	if got, err := m.Cancel(context.Background(), caller, long.ID); err != nil || got.Status != asyncagents.StatusCancelled {
 		t.Errorf("Cancel = %s, %v", got.Status, err)
 	}

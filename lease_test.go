@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
@@ -39,8 +40,8 @@ func openPG(t *testing.T, url string) *pgstore.Store {
 func pgCase(t *testing.T) (*pgstoretest.Server, string, *opencodetest.FakeClient, asyncagents.Caller) {
 	t.Helper()
 	srv := pgstoretest.Start(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	return srv, srv.NewDatabase(t), f, fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	return srv, srv.NewDatabase(t), f, asyncagentstest.NewParent(t, f)
 }
 
 // settledNotifications waits a lease (a duplicate posted by a host that lost a task would
@@ -48,7 +49,7 @@ func pgCase(t *testing.T) (*pgstoretest.Server, string, *opencodetest.FakeClient
 func settledNotifications(t *testing.T, c opencode.Client, parent string, want int) {
 	t.Helper()
 	time.Sleep(leaseTestLease)
-	if got := notifications(t, c, parent); len(got) != want {
+	if got := asyncagentstest.Notifications(t, c, parent); len(got) != want {
 		t.Fatalf("parent has %d notifications, want %d (one per run end)", len(got), want)
 	}
 }
@@ -56,20 +57,15 @@ func settledNotifications(t *testing.T, c opencode.Client, parent string, want i
 // waitCompleted waits until m has every task of ids completed.
 func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, func() bool {
-		for _, id := range ids {
-			if task, err := m.Get(id); err != nil || task.Status != asyncagents.StatusCompleted {
-				return false
-			}
-		}
-		return true
-	})
+	for _, id := range ids {
+		asyncagentstest.AwaitTask(t, m, id, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusCompleted })
+	}
 }
 
 // H-2: the tasks of a Manager that stopped without a word (its leases left to expire) are
 // claimed by another Manager on the same database, which finds them ended on the server and
 // notifies the parent, once per task.
-func TestLeaseTakeoverH2(t *testing.T) {
+func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	if err != nil {
@@ -77,50 +73,46 @@ func TestLeaseTakeoverH2(t *testing.T) {
 	}
 	var ids []string
 	for i := range 6 {
-		ids = append(ids, launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i))).ID)
 	}
 	if err := a.Close(context.Background()); err != nil { // its store keeps the leases
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
 	}
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	waitCompleted(t, b, ids)
-	waitNotifications(t, f, caller.SessionID, len(ids))
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
 	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
 // H-2: a Manager cut off from the database stops acting on its tasks before their leases
 // expire: while it is cut off its tasks end, another Manager claims them and notifies, and
 // when the database is back the first drops them; every task is notified once.
-func TestLeaseCutOffH2(t *testing.T) {
+func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	caller := asyncagentstest.NewParent(t, f)
 	storeA, err := pgstore.Open(t.Context(), viaProxy(db, srv, proxy), pgstore.Options{Lease: leaseTestLease})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { storeA.Close() })
-	a := newManager(t, f, asyncagents.WithStore(storeA), asyncagents.WithPollInterval(200*time.Millisecond))
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(storeA), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
 	for i := range 4 {
-		ids = append(ids, launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i))).ID)
 	}
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, db)), asyncagents.WithPollInterval(200*time.Millisecond))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, db)), asyncagents.WithPollInterval(200*time.Millisecond))
 	proxy.Cut()
 	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
 	}
 	waitCompleted(t, b, ids)
-	waitNotifications(t, f, caller.SessionID, len(ids))
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
 	proxy.Restore()
 	waitFor(t, 10*time.Second, func() bool {
 		for _, id := range ids {
@@ -142,26 +134,24 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 // H-1: PostgreSQL restarts while tasks end. Nothing is lost: the Manager posts no
 // notification whose id it cannot store, and once the database is back every task is
 // stored completed and notified once.
-func TestLeaseDatabaseRestartH1(t *testing.T) {
+func TestDatabaseRestartLosesNothing(t *testing.T) {
 	srv, url, f, caller := pgCase(t)
 	store := openPG(t, url)
-	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
 	for i := range 4 {
-		ids = append(ids, launch(t, m, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, asyncagentstest.Launch(t, m, caller, "task "+string(rune('a'+i))).ID)
 	}
 	srv.Stop()
 	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
 	}
 	waitCompleted(t, m, ids)
 	settledNotifications(t, f, caller.SessionID, 0)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitNotifications(t, f, caller.SessionID, len(ids))
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
 	waitFor(t, 30*time.Second, func() bool {
 		tasks, err := pgstore.ReadTasks(t.Context(), url)
 		if err != nil || len(tasks) != len(ids) {
@@ -181,11 +171,11 @@ func TestLeaseDatabaseRestartH1(t *testing.T) {
 // H-4: a concurrency limit holds across Managers sharing a SlotStore, and queued tasks start
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
 // two Managers run at once (busy sessions of the server).
-func TestSharedLimitH4(t *testing.T) {
+func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
-	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
 	running := func() int { // the server's busy sessions
 		st, _ := f.SessionStatus(context.Background(), "")
 		return len(st)
@@ -211,7 +201,7 @@ func TestSharedLimitH4(t *testing.T) {
 	var ids []string
 	var owner []*asyncagents.Manager
 	for i, m := range []*asyncagents.Manager{a, b, a, b, a} {
-		task := launch(t, m, caller, fmt.Sprintf("task %d", i))
+		task := asyncagentstest.Launch(t, m, caller, fmt.Sprintf("task %d", i))
 		ids, owner = append(ids, task.ID), append(owner, m)
 		want := asyncagents.StatusQueued
 		if i < 2 {
@@ -223,18 +213,10 @@ func TestSharedLimitH4(t *testing.T) {
 	}
 	for i := range ids {
 		// Ending the oldest running task starts the next in launch order.
-		if err := f.Release(ids[i], opencodetest.Text("done")); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, func() bool {
-			task, err := owner[i].Get(ids[i])
-			return err == nil && task.Status == asyncagents.StatusCompleted
-		})
+		asyncagentstest.Release(t, f, ids[i], opencodetest.Text("done"))
+		asyncagentstest.AwaitTask(t, owner[i], ids[i], func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusCompleted })
 		if next := i + 2; next < len(ids) {
-			waitFor(t, 10*time.Second, func() bool {
-				task, err := owner[next].Get(ids[next])
-				return err == nil && task.Status == asyncagents.StatusRunning
-			})
+			asyncagentstest.AwaitTask(t, owner[next], ids[next], func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 			for later := next + 1; later < len(ids); later++ {
 				if task, _ := owner[later].Get(ids[later]); task.Status != asyncagents.StatusQueued {
 					t.Fatalf("task %d is %s before task %d started; want queued (launch order)", later, task.Status, next)
@@ -250,14 +232,14 @@ func TestSharedLimitH4(t *testing.T) {
 // H-5: every operation works from any host. B lists A's tasks; Output, Cancel and Resume
 // on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
 // brings back and removes the caller's tasks that B holds. Each run end is notified once.
-func TestAnyHostH5(t *testing.T) {
+func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 	_, url, f, caller := pgCase(t)
-	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	ctx := t.Context()
 	var ids []string
 	for i := range 3 {
-		ids = append(ids, launch(t, a, caller, fmt.Sprint("task ", i)).ID)
+		ids = append(ids, asyncagentstest.Launch(t, a, caller, fmt.Sprint("task ", i)).ID)
 	}
 	listed, err := b.List(caller, "")
 	if err != nil || len(listed) != 3 {
@@ -278,28 +260,22 @@ func TestAnyHostH5(t *testing.T) {
 		t.Fatalf("Cancel on B of A's task: %+v, %v", cancelled.Status, err)
 	}
 	// Task 0 ends: B completes it; a blocking Output there returns it.
-	if err := f.Release(ids[0], opencodetest.Text("done 0")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, ids[0], opencodetest.Text("done 0"))
 	out, err = b.Output(ctx, caller, ids[0], asyncagents.OutputOptions{Block: true, Timeout: 10 * time.Second})
 	if err != nil || out.Task.Status != asyncagents.StatusCompleted {
 		t.Fatalf("blocking Output on B: %+v, %v", out.Task.Status, err)
 	}
 	// Task 2 ends on A.
-	if err := f.Release(ids[2], opencodetest.Text("done 2")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, ids[2], opencodetest.Text("done 2"))
 	waitCompleted(t, a, ids[2:])
 	// Resume on A brings task 0 back.
 	resumed, err := a.Resume(ctx, caller, ids[0], "again")
 	if err != nil || resumed.Status != asyncagents.StatusResumed {
 		t.Fatalf("Resume on A of the task B holds: %+v, %v", resumed.Status, err)
 	}
-	if err := f.Release(ids[0], opencodetest.Text("done again")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, ids[0], opencodetest.Text("done again"))
 	waitCompleted(t, a, ids[:1])
-	waitNotifications(t, f, caller.SessionID, 4) // 0, 1 (cancelled), 2, and 0's second run
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 4) // 0, 1 (cancelled), 2, and 0's second run
 	// Clear on B brings back every task of the caller A holds and removes them all.
 	res, err := b.Clear(ctx, caller)
 	if err != nil || res.Removed != 3 {
@@ -316,10 +292,10 @@ func TestAnyHostH5(t *testing.T) {
 // H-6: Managers in front of two OpenCode servers share one database; a task is claimed only
 // by a Manager of its own server. A's tasks (server one) outlive A; B (server two) never
 // claims them, and A2, a new Manager of server one, finishes and notifies them.
-func TestSeveralServersH6(t *testing.T) {
+func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
-	one, two := fakeClient(t, opencodetest.WithHeldRuns()), fakeClient(t, opencodetest.WithHeldRuns())
+	one, two := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns()), asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	open := func(server string) *pgstore.Store {
 		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease, Server: server})
 		if err != nil {
@@ -333,28 +309,24 @@ func TestSeveralServersH6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newManager(t, two, asyncagents.WithStore(open("two")), poll)
-	callerOne, callerTwo := fakeParent(t, one), fakeParent(t, two)
+	b := asyncagentstest.NewManager(t, two, asyncagents.WithStore(open("two")), poll)
+	callerOne, callerTwo := asyncagentstest.NewParent(t, one), asyncagentstest.NewParent(t, two)
 	var ids []string
 	for i := range 2 {
-		task := launch(t, a, callerOne, fmt.Sprint("task ", i))
+		task := asyncagentstest.Launch(t, a, callerOne, fmt.Sprint("task ", i))
 		if task.Server != "one" {
 			t.Fatalf("task of server one records server %q", task.Server)
 		}
 		ids = append(ids, task.ID)
 	}
-	onTwo := launch(t, b, callerTwo, "task on two")
+	onTwo := asyncagentstest.Launch(t, b, callerTwo, "task on two")
 	if err := a.Close(context.Background()); err != nil { // its leases expire
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if err := one.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, one, id, opencodetest.Text("done "+id))
 	}
-	if err := two.Release(onTwo.ID, opencodetest.Text("done on two")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, two, onTwo.ID, opencodetest.Text("done on two"))
 	waitCompleted(t, b, []string{onTwo.ID})
 	time.Sleep(2 * leaseTestLease)
 	for _, id := range ids {
@@ -362,27 +334,27 @@ func TestSeveralServersH6(t *testing.T) {
 			t.Fatalf("server two's Manager claimed a task of server one: %s %s", task.ID, task.Status)
 		}
 	}
-	a2 := newManager(t, one, asyncagents.WithStore(open("one")), poll)
+	a2 := asyncagentstest.NewManager(t, one, asyncagents.WithStore(open("one")), poll)
 	waitCompleted(t, a2, ids)
-	waitNotifications(t, one, callerOne.SessionID, len(ids))
-	waitNotifications(t, two, callerTwo.SessionID, 1)
+	asyncagentstest.AwaitNotifications(t, one, callerOne.SessionID, len(ids))
+	asyncagentstest.AwaitNotifications(t, two, callerTwo.SessionID, 1)
 	settledNotifications(t, one, callerOne.SessionID, len(ids))
 }
 
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
 // them (a Renew finds lost only what was held before it started), and each is notified once.
-func TestLaunchDuringRenewH2(t *testing.T) {
+func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m := newManager(t, f, asyncagents.WithStore(st), asyncagents.WithPollInterval(200*time.Millisecond),
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(st), asyncagents.WithPollInterval(200*time.Millisecond),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	var ids []string
 	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
-		ids = append(ids, launch(t, m, caller, fmt.Sprint("task ", len(ids))).ID)
+		ids = append(ids, asyncagentstest.Launch(t, m, caller, fmt.Sprint("task ", len(ids))).ID)
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
@@ -390,12 +362,10 @@ func TestLaunchDuringRenewH2(t *testing.T) {
 		if _, err := m.Get(id); err != nil {
 			t.Fatalf("task %s dropped by the Manager that launched it (no other host): %v", id, err)
 		}
-		if err := f.Release(id, opencodetest.Text("done")); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
 	}
 	waitCompleted(t, m, ids)
-	waitNotifications(t, f, caller.SessionID, len(ids))
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
 	settledNotifications(t, f, caller.SessionID, len(ids))
 }
 
@@ -409,7 +379,7 @@ func (failingRelease) Release(context.Context, ...string) error {
 // H-4: a host that stops after storing a task's end but before giving its slot back (its
 // Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
 // end gave it back.
-func TestSlotFreedWhenHostStopsH4(t *testing.T) {
+func TestSlotFreedWhenHostStops(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
@@ -418,32 +388,27 @@ func TestSlotFreedWhenHostStopsH4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := launch(t, a, caller, "x")
-	if err := f.Release(x.ID, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
+	x := asyncagentstest.Launch(t, a, caller, "x")
+	asyncagentstest.Release(t, f, x.ID, opencodetest.Text("done"))
 	waitCompleted(t, a, []string{x.ID})
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	sa.Close()
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, poll)
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, poll)
 	waitCompleted(t, b, []string{x.ID})
-	y := launch(t, b, caller, "y")
-	waitFor(t, 5*time.Second, func() bool {
-		task, err := b.Get(y.ID)
-		return err == nil && task.Status == asyncagents.StatusRunning
-	})
+	y := asyncagentstest.Launch(t, b, caller, "y")
+	asyncagentstest.AwaitTask(t, b, y.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 }
 
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
 // cleared.
-func TestRemoteChangeFeedH5(t *testing.T) {
+func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
-	a := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
-	b := newManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
-	before := launch(t, a, caller, "before")
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
+	before := asyncagentstest.Launch(t, a, caller, "before")
 	sub, tasks, err := b.Subscribe(0)
 	if err != nil {
 		t.Fatal(err)
@@ -466,11 +431,9 @@ func TestRemoteChangeFeedH5(t *testing.T) {
 			}
 		}
 	}
-	task := launch(t, a, caller, "after")
+	task := asyncagentstest.Launch(t, a, caller, "after")
 	next("A's new task", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && !c.Removed })
-	if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
 	next("A's task completed", func(c asyncagents.Change) bool {
 		return c.Task.ID == task.ID && c.Task.Status == asyncagents.StatusCompleted
 	})
@@ -497,12 +460,12 @@ func (c *messageLookups) Message(ctx context.Context, session, id string) (*open
 // 2 s). The holder hands the task over only once the outcome is set, so the record the new
 // holder claims shows the notification delivered: the new holder does not look it up or post
 // it again, and the parent gets one.
-func TestHandoverDuringDeliveryH5(t *testing.T) {
+func TestHandoverDuringDeliveryNotifiesOnce(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
-	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	lookups := &messageLookups{Client: f}
-	b := newManager(t, lookups, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	b := asyncagentstest.NewManager(t, lookups, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	id, release := endHeldAfterPost(t, a, f, caller)
 	outputMeanwhile(t, b, caller, id, release, nil) // A sees B's request within a second, and would hand over now
 	if _, err := a.Get(id); !errors.Is(err, asyncagents.ErrTaskNotFound) {
@@ -548,12 +511,12 @@ func (s *holdingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // asks for the second task, which its holder hands over meanwhile. The merged post is not
 // made (the second is no longer the holder's to post); the first goes alone, the second is
 // posted by its new holder, and the parent gets each once.
-func TestHandoverOfAMergedNotificationH5(t *testing.T) {
+func TestHandoverOfAMergedNotificationNotifiesOnce(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	store := &holdingSaves{Store: openPG(t, url), held: make(chan string, 2), hold: map[string]chan struct{}{}}
-	a := newManager(t, f, append(opts, asyncagents.WithStore(store))...)
-	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(store))...)
+	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	ids := launchHeld(t, a, f, caller, 3) // w, x, y
 	w, x, y := ids[0], ids[1], ids[2]
 	gateW, gateX := make(chan struct{}), make(chan struct{})
@@ -575,7 +538,7 @@ func TestHandoverOfAMergedNotificationH5(t *testing.T) {
 	release(t, f, w)
 	heldIs(w) // w's notification is being recorded: x's and y's queue behind it
 	release(t, f, x, y)
-	waitRunEndsRecorded(t, a, 20*time.Second, x, y)
+	waitRunEndsRecorded(t, a, x, y)
 	close(gateW)
 	heldIs(x)                                    // x's and y's, merged, are being recorded
 	outputMeanwhile(t, b, caller, y, gateX, nil) // A sees B's request within a second, and hands y over
@@ -615,10 +578,8 @@ func endHeldAfterPost(t *testing.T, a *asyncagents.Manager, f *opencodetest.Fake
 	closeAtCleanup(t, release)
 	var once sync.Once
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
-	id = launch(t, a, caller, "task").ID
-	if err := f.Release(id, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
+	id = asyncagentstest.Launch(t, a, caller, "task").ID
+	asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
 	select {
 	case <-posted:
 	case <-time.After(20 * time.Second):
@@ -656,11 +617,11 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 // task is being handed over to another host (its notification's post, held by a hook, keeps
 // the handover waiting) returns ErrLeaseLost and changes nothing; once the other host has the
 // task, a Resume there runs the follow-up, with one notification per run end.
-func TestResumeDuringHandoverH5(t *testing.T) {
+func TestResumeDuringHandoverChangesNothing(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
-	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	id, release := endHeldAfterPost(t, a, f, caller)
 	outputMeanwhile(t, b, caller, id, release, func() { // A sees B's request within a second: the task is being handed over
 		_, err := a.Resume(t.Context(), caller, id, "and then this")
@@ -675,14 +636,10 @@ func TestResumeDuringHandoverH5(t *testing.T) {
 	if err != nil || task.ResumeCount != 1 {
 		t.Fatalf("Resume on B: %+v, %v", task.ResumeCount, err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, id) })
-	if err := f.Release(id, opencodetest.Text("done again")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, func() bool {
-		task, err := b.Get(id)
-		return err == nil && task.Status == asyncagents.StatusCompleted && len(task.Notifications) > 0 &&
-			task.Notifications[len(task.Notifications)-1].State == asyncagents.NotificationDelivered
+	asyncagentstest.AwaitBusy(t, f, id)
+	asyncagentstest.Release(t, f, id, opencodetest.Text("done again"))
+	asyncagentstest.AwaitTask(t, b, id, func(tk asyncagents.Task) bool {
+		return tk.Status == asyncagents.StatusCompleted && asyncagentstest.Delivered(tk)
 	})
 	settledNotifications(t, f, caller.SessionID, 2)
 }
@@ -707,13 +664,13 @@ func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // holder, which acts on it again and hands it over at a later look, once it can save: the
 // asking host's Output returns the task, which then runs its follow-up, and each run ends
 // with one notification.
-func TestHandoverAfterFailedSaveH5(t *testing.T) {
+func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
-	a := newManager(t, f, append(opts, asyncagents.WithStore(store))...)
-	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	id := launch(t, a, caller, "task").ID
+	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(store))...)
+	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	id := asyncagentstest.Launch(t, a, caller, "task").ID
 	store.until.Store(time.Now().Add(2500 * time.Millisecond).UnixNano()) // A sees B's request within 1 s
 	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil {
 		t.Fatalf("queue a follow-up on A: %v", err)
@@ -729,10 +686,8 @@ func TestHandoverAfterFailedSaveH5(t *testing.T) {
 		t.Fatalf("A still has the task B took over: %v", err)
 	}
 	for i, want := range []int{1, 2} { // the run, then the follow-up's
-		if err := f.Release(id, opencodetest.Text(fmt.Sprint("done ", i))); err != nil {
-			t.Fatal(err)
-		}
-		waitNotifications(t, f, caller.SessionID, want)
+		asyncagentstest.Release(t, f, id, opencodetest.Text(fmt.Sprint("done ", i)))
+		asyncagentstest.AwaitNotifications(t, f, caller.SessionID, want)
 	}
 	waitCompleted(t, b, []string{id})
 	settledNotifications(t, f, caller.SessionID, 2)
@@ -742,24 +697,22 @@ func TestHandoverAfterFailedSaveH5(t *testing.T) {
 // keeps the follow-up queued rather than send it under a lease it is giving up; the new
 // holder sends it. (A hook holds the holder's delivery of the first run's notification, so
 // the handover waits while the second run ends.) Every run completes and is notified once.
-func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
+func TestFollowUpKeptDuringHandover(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithPollInterval(200 * time.Millisecond)}
-	a := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	posted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
-	b := newManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
+	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	closeAtCleanup(t, release)
-	id := launch(t, a, caller, "task").ID
+	id := asyncagentstest.Launch(t, a, caller, "task").ID
 	ctx := t.Context()
 	if _, err := a.Resume(ctx, caller, id, "second"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Release(id, opencodetest.Text("done 1")); err != nil { // run 2 starts: the follow-up
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, id, opencodetest.Text("done 1")) // run 2 starts: the follow-up
 	select {
 	case <-posted: // run 1's notification, held between its post and its outcome
 	case <-time.After(20 * time.Second):
@@ -775,9 +728,8 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 	}()
 	time.Sleep(1500 * time.Millisecond) // A sees B's request and waits for the held delivery
 	waitFor(t, 10*time.Second, func() bool { return f.Release(id, opencodetest.Text("done 2")) == nil })
-	waitFor(t, 10*time.Second, func() bool { // A decides run 2 while handing the task over
-		task, err := a.Get(id)
-		return err == nil && task.Status.Terminal()
+	asyncagentstest.AwaitTask(t, a, id, func(tk asyncagents.Task) bool { // A decides run 2 while handing the task over
+		return tk.Status.Terminal()
 	})
 	close(release)
 	if err := <-out; err != nil {
@@ -789,7 +741,7 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 	if err != nil || task.ResumeCount != 2 || len(task.FollowUps) != 0 {
 		t.Fatalf("B's task: resumed %d times, follow-ups %q, %v; want both follow-ups sent", task.ResumeCount, task.FollowUps, err)
 	}
-	waitNotifications(t, f, caller.SessionID, 3)
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 3)
 	settledNotifications(t, f, caller.SessionID, 3)
 }
 
@@ -797,13 +749,13 @@ func TestFollowUpKeptDuringHandoverH5(t *testing.T) {
 // again less and less often (at the next look of its lease loop after the first failure,
 // then twice as long after each), not at every look, each a failing save; and it hands the
 // task over once it can save.
-func TestHandoverRetriesBackOffH5(t *testing.T) {
+func TestHandoverRetriesBackOff(t *testing.T) {
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opt := asyncagents.WithFollowUpQueue(1)
-	a := newManager(t, f, opt, asyncagents.WithStore(store))
-	b := newManager(t, f, opt, asyncagents.WithStore(openPG(t, url)))
-	id := launch(t, a, caller, "task").ID
+	a := asyncagentstest.NewManager(t, f, fastPoll, opt, asyncagents.WithStore(store))
+	b := asyncagentstest.NewManager(t, f, fastPoll, opt, asyncagents.WithStore(openPG(t, url)))
+	id := asyncagentstest.Launch(t, a, caller, "task").ID
 	store.until.Store(time.Now().Add(time.Hour).UnixNano())
 	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil { // a change A cannot save
 		t.Fatalf("queue a follow-up on A: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/fakeclock"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -25,13 +26,13 @@ import (
 // T-10, P-3: many Outputs blocked on one task all return the completed task when its run
 // ends, marked retrieved once, at the same time for all of them, and stored so; a blocked
 // Output whose context ends first returns that error and changes nothing.
-func TestBlockedOutputsShareTheEndT10(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestBlockedOutputsShareTheEnd(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	store := &asyncagents.MemoryStore{}
-	m := newManager(t, f, asyncagents.WithClock(clock), asyncagents.WithStore(store))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "held")
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithClock(clock), asyncagents.WithStore(store))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "held")
 
 	const n, wait = 50, 9 * time.Minute
 	outs := make(chan asyncagents.Output, n)
@@ -68,9 +69,7 @@ func TestBlockedOutputsShareTheEndT10(t *testing.T) {
 	}
 
 	clock.Advance(3 * time.Second)
-	if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
 	var retrieved time.Time
 	for range n {
 		out := <-outs
@@ -101,11 +100,11 @@ func TestBlockedOutputsShareTheEndT10(t *testing.T) {
 
 // T-10, T-18: Outputs blocked on each run of a resumed task get that run's end, the
 // resumed run's Outputs are not served the first run's end.
-func TestBlockedOutputsPerRunT10(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "held")
+func TestBlockedOutputsGetTheirRunsEnd(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "held")
 	for run, reply := range []string{"first", "second", "third"} {
 		outs := make(chan asyncagents.Output, 4)
 		for range cap(outs) {
@@ -117,9 +116,7 @@ func TestBlockedOutputsPerRunT10(t *testing.T) {
 				outs <- out
 			}()
 		}
-		if err := f.Release(task.ID, opencodetest.Text(reply)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, task.ID, opencodetest.Text(reply))
 		for range cap(outs) {
 			if out := <-outs; out.Task.Result != reply || out.Task.ResumeCount != run {
 				t.Fatalf("run %d: Output = %q (resume %d), want %q", run, out.Task.Result, out.Task.ResumeCount, reply)
@@ -136,10 +133,10 @@ func TestBlockedOutputsPerRunT10(t *testing.T) {
 // N, P-3: a parent's notifications of a burst of run ends arrive one each, one at a time, in
 // the order the runs ended, while another parent's arrive too, when each is a prompt
 // (NotifyPerRun). Without reply, up to 8 go at once and only their groups are in order.
-func TestNotificationBurstInOrderN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
-	busy, other := fakeParent(t, f), fakeParent(t, f)
+func TestNotificationBurstInOrder(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
+	busy, other := asyncagentstest.NewParent(t, f), asyncagentstest.NewParent(t, f)
 	var tasks []asyncagents.Task
 	for i := range 120 {
 		caller := busy
@@ -153,9 +150,7 @@ func TestNotificationBurstInOrderN(t *testing.T) {
 		tasks = append(tasks, task)
 	}
 	for _, task := range tasks {
-		if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
 	}
 	for _, parent := range []asyncagents.Caller{busy, other} {
 		var mine []asyncagents.Task
@@ -186,7 +181,7 @@ func TestNotificationBurstInOrderN(t *testing.T) {
 			}
 			want = append(want, n.Visible)
 		}
-		if got := notifications(t, f, parent.SessionID); !slices.Equal(got, want) {
+		if got := asyncagentstest.Notifications(t, f, parent.SessionID); !slices.Equal(got, want) {
 			t.Fatalf("parent %s got %d notifications, want %d in the order the runs ended:\n%s\nwant\n%s",
 				parent.SessionID, len(got), len(want), strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
@@ -229,26 +224,24 @@ func (g *gatedReads) Events(ctx context.Context) (opencode.EventStream, error) {
 
 // P-3, T-6: a burst of run ends is read with more reads in flight than WithReconcilers, up
 // to 16 times as many; once the burst is read, the extra goroutines end.
-func TestReconcileBurstIsBoundedP3(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestReconcileBurstIsBounded(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	g := &gatedReads{FakeClient: f, gate: make(chan struct{})}
-	m := newManager(t, g, asyncagents.WithReconcilers(2))
-	caller := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, g, fastPoll, asyncagents.WithReconcilers(2))
+	caller := asyncagentstest.NewParent(t, f)
 	g.parent = caller.SessionID
 	const n, limit = 60, 32
 	var before int // this Manager's 2, once they run, and those of tests running in parallel
 	waitFor(t, 10*time.Second, func() bool { before = reconcilers(); return before >= 2 })
 	var tasks []asyncagents.Task
 	for range n {
-		tasks = append(tasks, launch(t, m, caller, "held"))
+		tasks = append(tasks, asyncagentstest.Launch(t, m, caller, "held"))
 	}
 	var once sync.Once
 	open := func() { once.Do(func() { close(g.gate) }) }
 	defer open()
 	for _, task := range tasks {
-		if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
 	}
 	waitFor(t, 10*time.Second, func() bool { return g.cur.Load() == limit })
 	time.Sleep(50 * time.Millisecond)
@@ -257,7 +250,7 @@ func TestReconcileBurstIsBoundedP3(t *testing.T) {
 	}
 	open()
 	for _, task := range tasks {
-		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+		if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 			t.Fatalf("%s is %s", got.ID, got.Status)
 		}
 	}
@@ -313,13 +306,13 @@ func (*laggingStatus) Events(context.Context) (opencode.EventStream, error) {
 // T-23: a run whose session the server does not list as busy yet while its first step is
 // streaming is not taken for interrupted: an idle session with an unfinished step must be
 // seen so twice, a second apart, before the run ends in error.
-func TestYoungRunNotInterruptedT23(t *testing.T) {
-	f := fakeClient(t)
+func TestYoungRunNotInterrupted(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &laggingStatus{FakeClient: f, lag: 600 * time.Millisecond, sent: map[string]time.Time{}}
-	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "SLEEP:2 done")
-	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "SLEEP:2 done")
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 		t.Fatalf("a run whose status lags its first step: %s %q", got.Status, got.Error)
 	}
 }

@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
 // T-21: over its limit a launch returns at once with the task queued (its place shown);
 // queued tasks start in launch order as slots free up, on every way a run ends, can be
 // cancelled, and survive a restart.
-func TestConcurrencyLimitsT21(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestConcurrencyLimitsQueueInLaunchOrder(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	store := &asyncagents.MemoryStore{}
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
-	m := newManager(t, f, limits, asyncagents.WithStore(store))
-	caller := fakeParent(t, f)
-	a, b, c, d := launch(t, m, caller, "a"), launch(t, m, caller, "b"), launch(t, m, caller, "c"), launch(t, m, caller, "d")
+	m := asyncagentstest.NewManager(t, f, fastPoll, limits, asyncagents.WithStore(store))
+	caller := asyncagentstest.NewParent(t, f)
+	a, b, c, d := asyncagentstest.Launch(t, m, caller, "a"), asyncagentstest.Launch(t, m, caller, "b"), asyncagentstest.Launch(t, m, caller, "c"), asyncagentstest.Launch(t, m, caller, "d")
 	if a.Status != asyncagents.StatusRunning || b.Status != asyncagents.StatusQueued || b.QueuePosition != 1 || c.QueuePosition != 2 {
 		t.Fatalf("launch: a %s, b %s #%d, c %s #%d", a.Status, b.Status, b.QueuePosition, c.Status, c.QueuePosition)
 	}
@@ -36,14 +37,11 @@ func TestConcurrencyLimitsT21(t *testing.T) {
 		t.Fatalf("d after the cancel: #%d", got.QueuePosition)
 	}
 	// a fails: b starts.
-	_ = f.Release(a.ID, opencodetest.Fail(400))
-	if got := await(t, m, caller, a.ID); got.Status != asyncagents.StatusError {
+	asyncagentstest.Release(t, f, a.ID, opencodetest.Fail(400))
+	if got := asyncagentstest.Await(t, m, caller, a.ID); got.Status != asyncagents.StatusError {
 		t.Fatalf("a = %s", got.Status)
 	}
-	waitFor(t, 10*time.Second, func() bool {
-		got, _ := m.Get(b.ID)
-		return got.Status == asyncagents.StatusRunning
-	})
+	asyncagentstest.AwaitTask(t, m, b.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 	if got, _ := m.Get(d.ID); got.Status != asyncagents.StatusQueued || got.QueuePosition != 1 {
 		t.Fatalf("d while b runs: %s #%d", got.Status, got.QueuePosition)
 	}
@@ -52,7 +50,7 @@ func TestConcurrencyLimitsT21(t *testing.T) {
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m2 := newManager(t, f, limits, asyncagents.WithStore(store))
+	m2 := asyncagentstest.NewManager(t, f, fastPoll, limits, asyncagents.WithStore(store))
 	if got, _ := m2.Get(d.ID); got.Status != asyncagents.StatusQueued || got.QueuePosition != 1 {
 		t.Fatalf("d after a restart: %s #%d %q", got.Status, got.QueuePosition, got.Error)
 	}
@@ -60,29 +58,26 @@ func TestConcurrencyLimitsT21(t *testing.T) {
 	if _, err := m2.Cancel(context.Background(), caller, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool {
-		got, _ := m2.Get(d.ID)
-		return got.Status == asyncagents.StatusRunning
-	})
-	_ = f.Release(d.ID, opencodetest.Text("d done"))
-	if got := await(t, m2, caller, d.ID); got.Status != asyncagents.StatusCompleted || got.Result != "d done" {
+	asyncagentstest.AwaitTask(t, m2, d.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
+	asyncagentstest.Release(t, f, d.ID, opencodetest.Text("d done"))
+	if got := asyncagentstest.Await(t, m2, caller, d.ID); got.Status != asyncagents.StatusCompleted || got.Result != "d done" {
 		t.Fatalf("d = %s %q", got.Status, got.Result)
 	}
 }
 
 // T-21: a clear frees the slots of the tasks it removes; limits are checked.
-func TestConcurrencyLimitClearT21(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
-	caller := fakeParent(t, f)
-	first, second := launch(t, m, caller, "a"), launch(t, m, caller, "b")
+func TestClearFreesConcurrencySlots(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+	caller := asyncagentstest.NewParent(t, f)
+	first, second := asyncagentstest.Launch(t, m, caller, "a"), asyncagentstest.Launch(t, m, caller, "b")
 	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
 		t.Fatalf("first %s, second %s", first.Status, second.Status)
 	}
 	if _, err := m.Clear(context.Background(), caller); err != nil {
 		t.Fatal(err)
 	}
-	if again := launch(t, m, caller, "c"); again.Status != asyncagents.StatusRunning {
+	if again := asyncagentstest.Launch(t, m, caller, "c"); again.Status != asyncagents.StatusRunning {
 		t.Errorf("after a clear: %s", again.Status)
 	}
 	if _, err := asyncagents.New(f, asyncagents.WithConcurrency(asyncagents.Limits{Default: -1})); !errors.Is(err, asyncagents.ErrInvalidInput) {
@@ -91,22 +86,21 @@ func TestConcurrencyLimitClearT21(t *testing.T) {
 }
 
 // T-21 on the real server: with one slot, the second task waits and then completes.
-func TestRealServerConcurrencyLimitT21(t *testing.T) {
+func TestRealServerConcurrencyLimitQueues(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "limits parent")
-	m := newManager(t, c, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := asyncagents.Caller{SessionID: parent.ID}
-	first := launch(t, m, caller, "SLEEP:1")
-	second := launch(t, m, caller, "RUN:echo second-ran")
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	first := asyncagentstest.Launch(t, m, caller, "SLEEP:1")
+	second := asyncagentstest.Launch(t, m, caller, "RUN:echo second-ran")
 	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
 		t.Fatalf("first %s, second %s", first.Status, second.Status)
 	}
 	if busy(ctx, c, second.ID) {
 		t.Fatal("the queued task's session is busy")
 	}
-	got := await(t, m, caller, second.ID)
+	got := asyncagentstest.Await(t, m, caller, second.ID)
 	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second-ran") {
 		t.Fatalf("second = %s %q %q", got.Status, got.Result, got.Error)
 	}
@@ -119,15 +113,15 @@ func TestRealServerConcurrencyLimitT21(t *testing.T) {
 // or resume over it fails with ErrTaskLimit, creates no session and changes no task; other
 // parents are not affected; a run that ends, however it ends, frees a place; the count
 // survives a restart.
-func TestMaxActivePerParentS5(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestMaxActivePerParent(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	counted := &countingClient{Client: f}
 	store := &asyncagents.MemoryStore{}
-	opts := []asyncagents.Option{asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
+	opts := []asyncagents.Option{fastPoll, asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
 		asyncagents.WithStore(store)}
-	m := newManager(t, counted, opts...)
-	caller, other := fakeParent(t, f), fakeParent(t, f)
-	a, b := launch(t, m, caller, "a"), launch(t, m, caller, "b") // running, queued
+	m := asyncagentstest.NewManager(t, counted, opts...)
+	caller, other := asyncagentstest.NewParent(t, f), asyncagentstest.NewParent(t, f)
+	a, b := asyncagentstest.Launch(t, m, caller, "a"), asyncagentstest.Launch(t, m, caller, "b") // running, queued
 	sessions := counted.snapshot()["CreateSession"]
 	in := asyncagents.LaunchInput{Caller: caller, Description: "c", Agent: "general", Prompt: "c"}
 	if got, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrTaskLimit) || got.ID != "" {
@@ -136,11 +130,11 @@ func TestMaxActivePerParentS5(t *testing.T) {
 	if n := counted.snapshot()["CreateSession"]; n != sessions {
 		t.Errorf("the refused launch created %d sessions", n-sessions)
 	}
-	launch(t, m, other, "x") // another parent has its own count
+	asyncagentstest.Launch(t, m, other, "x") // another parent has its own count
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m = newManager(t, f, opts...)
+	m = asyncagentstest.NewManager(t, f, opts...)
 	if _, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrTaskLimit) {
 		t.Fatalf("after a restart: %v, want ErrTaskLimit", err)
 	}
@@ -152,8 +146,8 @@ func TestMaxActivePerParentS5(t *testing.T) {
 	}
 	// a ends, and d takes its place; resuming a would make three active (c and d): refused,
 	// and a is left as it was.
-	_ = f.Release(a.ID, opencodetest.Text("a done"))
-	await(t, m, caller, a.ID)
+	asyncagentstest.Release(t, f, a.ID, opencodetest.Text("a done"))
+	asyncagentstest.Await(t, m, caller, a.ID)
 	before, _ := m.Get(a.ID)
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "d"}); err != nil {
 		t.Fatal(err)
@@ -172,16 +166,16 @@ func TestMaxActivePerParentS5(t *testing.T) {
 // T-21: a launch under a concurrency limit with a free slot is running from its first
 // change on (a status page never shows it queued for a moment); one that must wait is queued
 // from its first change until it starts.
-func TestLaunchUnderFreeLimitIsNeverQueuedT21(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
+func TestLaunchUnderFreeLimitIsNeverQueued(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
 	sub, _, err := m.Subscribe(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	caller := fakeParent(t, f)
-	first, second := launch(t, m, caller, "held"), launch(t, m, caller, "waits")
+	caller := asyncagentstest.NewParent(t, f)
+	first, second := asyncagentstest.Launch(t, m, caller, "held"), asyncagentstest.Launch(t, m, caller, "waits")
 	seen := map[string][]asyncagents.Status{}
 	for len(seen[first.ID]) == 0 || len(seen[second.ID]) == 0 {
 		c := <-sub.Changes()

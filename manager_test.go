@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/fakeclock"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -19,13 +20,6 @@ import (
 
 // Tests of the Manager on the in-memory OpenCode of opencodetest: races, ordering, panics
 // and timeouts that the real server cannot be made to produce on demand.
-
-func fakeClient(t *testing.T, opts ...opencodetest.FakeOption) *opencodetest.FakeClient {
-	t.Helper()
-	f := opencodetest.NewFakeClient(opts...)
-	t.Cleanup(func() { _ = f.Close() })
-	return f
-}
 
 // newSession creates a session on c's server.
 func newSession(t *testing.T, c opencode.Client, title string) *opencode.Session {
@@ -37,42 +31,15 @@ func newSession(t *testing.T, c opencode.Client, title string) *opencode.Session
 	return s
 }
 
-// fakeParent creates a parent session and returns it as a caller.
-func fakeParent(t *testing.T, c opencode.Client) asyncagents.Caller {
-	t.Helper()
-	s := newSession(t, c, "parent")
-	return asyncagents.Caller{SessionID: s.ID, Agent: "build"}
-}
-
-func launch(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, prompt string) asyncagents.Task {
-	t.Helper()
-	task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: prompt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return task
-}
-
-func await(t testing.TB, m *asyncagents.Manager, caller asyncagents.Caller, id string) asyncagents.Task {
-	t.Helper()
-	out, err := m.Output(context.Background(), caller, id, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
-	if err != nil || out.TimedOut {
-		t.Fatalf("Output(%s) = %+v, %v", id, out, err)
-	}
-	return out.Task
-}
-
 // T-18, R: Resume against a task whose run is ending: no data race, and every call either
 // resumes or says the task is busy.
-func TestResumeRacesCompletionT18(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "first")
-	if err := f.Release(task.ID, opencodetest.Text("one")); err != nil {
-		t.Fatal(err)
-	}
-	await(t, m, caller, task.ID)
+func TestResumeRacesCompletion(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "first")
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
+	asyncagentstest.Await(t, m, caller, task.ID)
 	for round := range 20 {
 		if _, err := m.Resume(context.Background(), caller, task.ID, "again"); err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -98,7 +65,7 @@ func TestResumeRacesCompletionT18(t *testing.T) {
 			}
 		}()
 		wg.Wait()
-		await(t, m, caller, task.ID)
+		asyncagentstest.Await(t, m, caller, task.ID)
 	}
 }
 
@@ -123,15 +90,13 @@ func (s *blockingStore) Save(ctx context.Context, t asyncagents.Task) error {
 
 // T-19, R: saves of one task never let an older record overwrite a newer one: the record
 // marked retrieved by Output stays the stored one, even when the completion's save is slow.
-func TestStoreSavesInOrderT19(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestStoreSavesInOrder(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	store := &blockingStore{blocked: make(chan struct{}), release: make(chan struct{})}
-	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "work")
-	if err := f.Release(task.ID, opencodetest.Text("result")); err != nil {
-		t.Fatal(err)
-	}
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "work")
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("result"))
 	<-store.blocked // the completion's save is in flight
 	out := make(chan asyncagents.Output, 1)
 	go func() {
@@ -158,11 +123,11 @@ func TestStoreSavesInOrderT19(t *testing.T) {
 }
 
 // T-14, T-10: a blocked Output on a task that Clear removes returns ErrTaskNotFound.
-func TestOutputOfClearedTaskT14(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "held")
+func TestBlockedOutputOfClearedTask(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "held")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: time.Minute})
@@ -193,15 +158,15 @@ func (c *gatedClient) CreateSession(ctx context.Context, req opencode.CreateSess
 
 // T-20: a Launch racing Close records the session it created; Close waits for it, and every
 // operation afterwards is ErrClosed (Get included).
-func TestLaunchRacingCloseT20(t *testing.T) {
-	f := fakeClient(t)
+func TestLaunchRacingClose(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &gatedClient{FakeClient: f, entered: make(chan struct{}), gate: make(chan struct{})}
 	store := &asyncagents.MemoryStore{}
 	m, err := asyncagents.New(c, asyncagents.WithStore(store))
 	if err != nil {
 		t.Fatal(err)
 	}
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	launched := make(chan asyncagents.Task, 1)
 	go func() {
 		task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "p"})
@@ -308,25 +273,25 @@ func (l *logRecords) contains(s string) bool {
 // Panic policy: a panic in the Client on a Manager goroutine never reaches the host. While
 // reconciling a task it ends that task in error; elsewhere it is logged and work goes on.
 func TestPanicsInBackgroundWork(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	p := &panicky{FakeClient: f}
 	p.messagesOf.Store("")
 	p.events.Store(true)
 	p.status.Store(true)
 	logs := &logRecords{}
-	m := newManager(t, p, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPollInterval(20*time.Millisecond))
-	caller := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, p, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPollInterval(20*time.Millisecond))
+	caller := asyncagentstest.NewParent(t, f)
 
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the event stream") })
-	slow := launch(t, m, caller, "SLEEP:1") // polled while it runs
+	slow := asyncagentstest.Launch(t, m, caller, "SLEEP:1") // polled while it runs
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the status poll") })
-	if ok := await(t, m, caller, slow.ID); ok.Status != asyncagents.StatusCompleted {
+	if ok := asyncagentstest.Await(t, m, caller, slow.ID); ok.Status != asyncagents.StatusCompleted {
 		t.Fatalf("after recovered panics: %+v", ok)
 	}
 
-	boom := launch(t, m, caller, "SLEEP:0.5")
+	boom := asyncagentstest.Launch(t, m, caller, "SLEEP:0.5")
 	p.messagesOf.Store(boom.ID)
-	failed := await(t, m, caller, boom.ID)
+	failed := asyncagentstest.Await(t, m, caller, boom.ID)
 	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
 		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)
 	}
@@ -335,12 +300,12 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 // T-10: a blocking Output without a timeout waits DefaultOutputTimeout, a longer one is
 // clamped to MaxOutputTimeout, and a timeout is not an error; through the tool, timeout 0 is
 // the default too.
-func TestOutputTimeoutsT10(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestOutputTimeoutDefaultAndClamp(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	m := newManager(t, f, asyncagents.WithClock(clock))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "held")
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithClock(clock))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "held")
 	output := tools(m)["asyncagents_output"]
 	for _, tc := range []struct {
 		args string
@@ -372,11 +337,11 @@ func TestOutputTimeoutsT10(t *testing.T) {
 
 // T-17: with WithNestingDepth(2) a task may launch tasks, whose sessions are denied the
 // tools; a launch below that is refused, also by a new Manager on the same store.
-func TestNestingDepthT17(t *testing.T) {
-	f := fakeClient(t)
+func TestNestingDepth(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	store := &asyncagents.MemoryStore{}
-	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
-	parent := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
+	parent := asyncagentstest.NewParent(t, f)
 	rules := func(id string) []opencode.PermissionRule {
 		s, err := f.GetSession(context.Background(), id)
 		if err != nil {
@@ -384,11 +349,11 @@ func TestNestingDepthT17(t *testing.T) {
 		}
 		return s.Permission
 	}
-	top := launch(t, m, parent, "RUN:echo top")
+	top := asyncagentstest.Launch(t, m, parent, "RUN:echo top")
 	if top.Depth != 1 || len(rules(top.ID)) != 0 {
 		t.Fatalf("depth-1 task: depth %d, rules %v; want no rule", top.Depth, rules(top.ID))
 	}
-	child := launch(t, m, asyncagents.Caller{SessionID: top.ID, Agent: "general"}, "RUN:echo child")
+	child := asyncagentstest.Launch(t, m, asyncagents.Caller{SessionID: top.ID, Agent: "general"}, "RUN:echo child")
 	deny := []opencode.PermissionRule{ // the launch tools: this bridge's, any bridge's, OpenCode's
 		{Permission: "asyncagents_*", Pattern: "*", Action: "deny"},
 		{Permission: "*_task", Pattern: "*", Action: "deny"},
@@ -401,15 +366,15 @@ func TestNestingDepthT17(t *testing.T) {
 	if _, err := m.Launch(context.Background(), tooDeep); !errors.Is(err, asyncagents.ErrNestingDepth) {
 		t.Fatalf("launch at depth 3 = %v, want ErrNestingDepth", err)
 	}
-	await(t, m, asyncagents.Caller{SessionID: top.ID}, child.ID)
+	asyncagentstest.Await(t, m, asyncagents.Caller{SessionID: top.ID}, child.ID)
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m2 := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
+	m2 := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNestingDepth(2), asyncagents.WithStore(store))
 	if _, err := m2.Launch(context.Background(), tooDeep); !errors.Is(err, asyncagents.ErrNestingDepth) {
 		t.Fatalf("after a restart: launch at depth 3 = %v, want ErrNestingDepth", err)
 	}
-	m3 := newManager(t, f)
+	m3 := asyncagentstest.NewManager(t, f, fastPoll)
 	if _, err := m3.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: top.ID},
 		Description: "d", Agent: "general", Prompt: "p"}); err != nil {
 		t.Fatalf("a Manager that does not know top as a task: %v", err)
@@ -418,12 +383,12 @@ func TestNestingDepthT17(t *testing.T) {
 
 // T-18: with WithFollowUpQueue(1) a follow-up for a busy task is queued, stored, and sent
 // when the run ends; one more is ErrTaskBusy; a cancel drops the queue.
-func TestFollowUpQueueT18(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestFollowUpQueue(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	store := &asyncagents.MemoryStore{}
-	m := newManager(t, f, asyncagents.WithFollowUpQueue(1), asyncagents.WithStore(store))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "first")
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithFollowUpQueue(1), asyncagents.WithStore(store))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "first")
 	reply, err := tools(m)["asyncagents_task"].Handler(context.Background(), caller, []byte(`{"resume":"`+task.ID+`","prompt":"second"}`))
 	if err != nil || !strings.Contains(reply, "the follow-up is queued (1 waiting)") {
 		t.Fatalf("queued reply = %q, %v", reply, err)
@@ -434,16 +399,15 @@ func TestFollowUpQueueT18(t *testing.T) {
 	if stored, _ := store.Load(context.Background()); len(stored) != 1 || !slices.Equal(stored[0].FollowUps, []string{"second"}) {
 		t.Fatalf("stored = %+v", stored)
 	}
-	_ = f.Release(task.ID, opencodetest.Text("one"))
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m.Get(task.ID)
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
+	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		return tk.ResumeCount == 1 && tk.Status == asyncagents.StatusResumed && len(tk.FollowUps) == 0
 	})
-	_ = f.Release(task.ID, opencodetest.Text("two"))
-	if got := await(t, m, caller, task.ID); got.Result != "two" || got.ResumeCount != 1 {
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("two"))
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "two" || got.ResumeCount != 1 {
 		t.Fatalf("after the follow-up: %+v", got)
 	}
-	waitNotifications(t, f, caller.SessionID, 2)
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 2)
 
 	// A cancel drops what was queued.
 	if _, err := m.Resume(context.Background(), caller, task.ID, "third"); err != nil {
@@ -460,17 +424,17 @@ func TestFollowUpQueueT18(t *testing.T) {
 
 // T-22: a run past its deadline, or without activity for the stale timeout, is aborted and
 // ends in error naming the limit; the parent is notified once.
-func TestWatchdogsT22(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWatchdogsAbortTheRun(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	clock := fakeclock.New(time.Now())
-	m := newManager(t, f, asyncagents.WithClock(clock), asyncagents.WithStaleTimeout(5*time.Minute))
-	caller := fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithClock(clock), asyncagents.WithStaleTimeout(5*time.Minute))
+	caller := asyncagentstest.NewParent(t, f)
 	late, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "late", Agent: "general",
 		Prompt: "held", Deadline: time.Minute})
 	if err != nil || late.Deadline != time.Minute {
 		t.Fatalf("launch = %+v, %v", late, err)
 	}
-	quiet := launch(t, m, caller, "held too")
+	quiet := asyncagentstest.Launch(t, m, caller, "held too")
 	advance := func(d time.Duration) {
 		for step := time.Duration(0); step < d; step += 10 * time.Second {
 			clock.Advance(10 * time.Second)
@@ -498,24 +462,18 @@ func TestWatchdogsT22(t *testing.T) {
 		t.Errorf("stale error = %q", tk.Error)
 	}
 	for _, id := range []string{late.ID, quiet.ID} {
-		waitFor(t, 10*time.Second, func() bool { return !fakeBusy(f, id) })
+		waitFor(t, 10*time.Second, func() bool { return !busy(context.Background(), f, id) })
 	}
-	waitNotifications(t, f, caller.SessionID, 2)
-}
-
-func fakeBusy(f *opencodetest.FakeClient, id string) bool {
-	st, err := f.SessionStatus(context.Background(), "")
-	_, ok := st[id]
-	return err == nil && ok
+	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 2)
 }
 
 // T-4a: a task runs in its parent session's directory, whatever the client's default: its
 // session is created there, its agent is checked against that directory's agents, and the
 // poll asks that directory's status.
-func TestLaunchInParentDirectoryT4a(t *testing.T) {
-	f := fakeClient(t)
+func TestLaunchInParentDirectory(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &countingClient{Client: f}
-	m := newManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(20*time.Millisecond))
 	parent, err := f.CreateSession(context.Background(), opencode.CreateSessionRequest{Directory: "/work/other", Title: "p"})
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +489,7 @@ func TestLaunchInParentDirectoryT4a(t *testing.T) {
 		if err != nil || sess.Directory != "/work/other" || task.Directory != "/work/other" {
 			t.Fatalf("fork %v: task in %q, session %+v, %v", fork, task.Directory, sess, err)
 		}
-		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "/work/other") {
+		if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "/work/other") {
 			t.Errorf("fork %v: %s %q", fork, got.Status, got.Result)
 		}
 	}
@@ -552,11 +510,11 @@ func (lostPrompts) PromptAsync(context.Context, string, opencode.PromptRequest) 
 // the host then stops before the server has the prompt. The next Manager on the store finds
 // the session idle without it, a grace after it started, sends it under the task's prompt id,
 // and the task completes: the prompt reached the server once.
-func TestPromptLostBeforeHostStoppedT19(t *testing.T) {
-	f := fakeClient(t)
+func TestPromptLostBeforeHostStopped(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	store := &asyncagents.MemoryStore{}
-	m1 := newManager(t, lostPrompts{f}, asyncagents.WithStore(store))
-	caller := fakeParent(t, f)
+	m1 := asyncagentstest.NewManager(t, lostPrompts{f}, fastPoll, asyncagents.WithStore(store))
+	caller := asyncagentstest.NewParent(t, f)
 	task, err := m1.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "RUN:echo once"})
 	if err != nil || task.Status != asyncagents.StatusRunning || task.PromptID == "" {
 		t.Fatalf("launch with its prompt's answer lost = %s %q, %v; want running with a prompt id", task.Status, task.Error, err)
@@ -564,9 +522,9 @@ func TestPromptLostBeforeHostStoppedT19(t *testing.T) {
 	if err := m1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m2 := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
+	m2 := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
 	asyncagents.SetLossGrace(m2, 200*time.Millisecond)
-	if got := await(t, m2, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: once" {
+	if got := asyncagentstest.Await(t, m2, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: once" {
 		t.Fatalf("after the restart: %s %q %q", got.Status, got.Error, got.Result)
 	}
 	msgs, err := f.Messages(context.Background(), task.ID, 0)
@@ -601,12 +559,12 @@ func (c *heldSessionReads) GetSession(ctx context.Context, id string) (*opencode
 
 // T-18: a Resume while a queued follow-up of the ended run is being started is queued behind
 // it (not sent at once, and not refused): the follow-ups run in the order they were given.
-func TestResumeWhileAFollowUpStartsT18(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestResumeWhileAFollowUpStarts(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &heldSessionReads{FakeClient: f}
-	m := newManager(t, c, asyncagents.WithFollowUpQueue(2))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "first")
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithFollowUpQueue(2))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "first")
 	if _, err := m.Resume(context.Background(), caller, task.ID, "second"); err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +572,7 @@ func TestResumeWhileAFollowUpStartsT18(t *testing.T) {
 	c.id, c.held, c.gate = task.ID, make(chan struct{}), make(chan struct{})
 	held, gate := c.held, c.gate
 	c.mu.Unlock()
-	_ = f.Release(task.ID, opencodetest.Text("one"))
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
 	select {
 	case <-held: // the run ended; "second" is being started
 	case <-time.After(10 * time.Second):
@@ -628,11 +586,11 @@ func TestResumeWhileAFollowUpStartsT18(t *testing.T) {
 	for i, result := range []string{"two", "three"} {
 		waitFor(t, 10*time.Second, func() bool {
 			tk, _ := m.Get(task.ID)
-			return tk.ResumeCount == i+1 && tk.Status == asyncagents.StatusResumed && fakeBusy(f, task.ID)
+			return tk.ResumeCount == i+1 && tk.Status == asyncagents.StatusResumed && busy(context.Background(), f, task.ID)
 		})
-		_ = f.Release(task.ID, opencodetest.Text(result))
+		asyncagentstest.Release(t, f, task.ID, opencodetest.Text(result))
 	}
-	if got := await(t, m, caller, task.ID); got.Result != "three" || got.ResumeCount != 2 {
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "three" || got.ResumeCount != 2 {
 		t.Fatalf("after both follow-ups: %+v", got)
 	}
 	msgs, err := f.Messages(context.Background(), task.ID, 0)

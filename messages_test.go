@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -36,10 +37,9 @@ func (c *pagesOnly) MessagesBefore(ctx context.Context, id string, limit int, be
 // checkFullSession runs the T-11 checks through the output tool on the client's server.
 func checkFullSession(t *testing.T, c opencode.Client) {
 	p := &pagesOnly{Client: c}
-	m := newManager(t, p, asyncagents.WithNotifications(false))
-	parent := newSession(t, c, "full session parent")
-	caller := asyncagents.Caller{SessionID: parent.ID}
-	task := await(t, m, caller, launch(t, m, caller, "RUN:echo first-output ||| echo "+strings.Repeat("x", 2500)+" ||| echo last THINK").ID)
+	m := asyncagentstest.NewManager(t, p, fastPoll, asyncagents.WithNotifications(false))
+	caller := asyncagentstest.NewParent(t, c)
+	task := asyncagentstest.Await(t, m, caller, asyncagentstest.Launch(t, m, caller, "RUN:echo first-output ||| echo "+strings.Repeat("x", 2500)+" ||| echo last THINK").ID)
 	out := tools(m)["asyncagents_output"]
 	call := func(args string) string {
 		t.Helper()
@@ -97,11 +97,13 @@ func FormatFull(out asyncagents.Output) string {
 	return asyncagents.FormatMessages(out.Messages, out.MoreMessages, true, true)
 }
 
-// T-11 on the fake.
-func TestFullSessionT11(t *testing.T) { checkFullSession(t, fakeClient(t)) }
+// T-11: full_session returns the task session's messages (role, text, optionally reasoning
+// and tool results), with since_message_id (the messages after that real message id) and
+// message_limit (1–100), working on OpenCode's real part types. On the fake.
+func TestFullSession(t *testing.T) { checkFullSession(t, asyncagentstest.NewFakeClient(t)) }
 
-// T-11 on the real server.
-func TestRealServerFullSessionT11(t *testing.T) {
+// T-11, as TestFullSession, on the real server.
+func TestRealServerFullSession(t *testing.T) {
 	ctxT(t, time.Minute)
 	checkFullSession(t, shared.Get(t).Client())
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -91,10 +92,10 @@ func (s droppingStream) All() iter.Seq2[opencode.Event, error] {
 // delivers events.
 func streamManager(t *testing.T, c opencode.Client, opts ...asyncagents.Option) (*asyncagents.Manager, asyncagents.Caller) {
 	t.Helper()
-	m := newManager(t, c, append([]asyncagents.Option{asyncagents.WithPollInterval(time.Hour)}, opts...)...)
+	m := asyncagentstest.NewManager(t, c, append([]asyncagents.Option{asyncagents.WithPollInterval(time.Hour)}, opts...)...)
 	var caller asyncagents.Caller
 	waitFor(t, 10*time.Second, func() bool {
-		caller = fakeParent(t, c) // session.created
+		caller = asyncagentstest.NewParent(t, c) // session.created
 		return testmain.Eventually(100*time.Millisecond, func() bool { return asyncagents.StreamLive(m) })
 	})
 	return m, caller
@@ -113,13 +114,13 @@ func readDecision(t *testing.T, c opencode.Client, task asyncagents.Task, baseli
 // T-6: a run whose events the Manager received from its prompt to its idle is completed from
 // them, without a read of its messages, with the result a read gives: a plain text reply, a
 // reply after tool calls and reasoning, and a resumed run (decided on its own messages).
-func TestCompletionFromEventsT6(t *testing.T) {
-	c := &readsClient{Client: fakeClient(t)}
+func TestCompletionFromEvents(t *testing.T) {
+	c := &readsClient{Client: asyncagentstest.NewFakeClient(t)}
 	m, caller := streamManager(t, c)
 	decided := asyncagents.StreamDecided(m)
 	for _, prompt := range []string{"hello", "THINK RUN:echo one ||| echo two"} {
-		task := launch(t, m, caller, prompt)
-		got := await(t, m, caller, task.ID)
+		task := asyncagentstest.Launch(t, m, caller, prompt)
+		got := asyncagentstest.Await(t, m, caller, task.ID)
 		want := readDecision(t, c, task, "")
 		if got.Status != asyncagents.StatusCompleted || want.Outcome != manager.Completed || got.Result != want.Result {
 			t.Errorf("%q: %s %q; a read decides %v %q", prompt, got.Status, got.Result, want.Outcome, want.Result)
@@ -133,8 +134,8 @@ func TestCompletionFromEventsT6(t *testing.T) {
 		decided = asyncagents.StreamDecided(m)
 	}
 
-	task := launch(t, m, caller, "first run")
-	await(t, m, caller, task.ID)
+	task := asyncagentstest.Launch(t, m, caller, "first run")
+	asyncagentstest.Await(t, m, caller, task.ID)
 	before, err := c.Messages(context.Background(), task.ID, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestCompletionFromEventsT6(t *testing.T) {
 	if _, err := m.Resume(context.Background(), caller, task.ID, "RUN:echo again"); err != nil {
 		t.Fatal(err)
 	}
-	got := await(t, m, caller, task.ID)
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	want := readDecision(t, c, task, before[len(before)-1].Info.ID)
 	if got.Status != asyncagents.StatusCompleted || got.ResumeCount != 1 || got.Result != want.Result || got.Result != "Ran 1 command(s); last output: again" {
 		t.Errorf("resumed: %s %q (resume count %d); a read decides %q", got.Status, got.Result, got.ResumeCount, want.Result)
@@ -166,26 +167,26 @@ func TestCompletionFromEventsT6(t *testing.T) {
 // sent: it is decided from its events however late the stream delivers them. The same run is
 // read when the stream does not deliver that session.created: nothing shows that the stream
 // was subscribed before the prompt was sent.
-func TestCompletionFromEventsBoundBySessionCreatedT6(t *testing.T) {
+func TestCompletionFromEventsBoundBySessionCreated(t *testing.T) {
 	for _, missed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "delivered", true: "missed"}[missed], func(t *testing.T) {
-			f := fakeClient(t)
-			caller := fakeParent(t, f) // before the Manager subscribes: no event for it
+			f := asyncagentstest.NewFakeClient(t)
+			caller := asyncagentstest.NewParent(t, f) // before the Manager subscribes: no event for it
 			c := &readsClient{Client: f, hold: make(chan struct{}), opened: make(chan struct{})}
 			if missed {
 				c.drop = func(ev opencode.Event) bool { return ev.Type == opencode.EventSessionCreated }
 			}
-			m := newManager(t, c, asyncagents.WithPollInterval(time.Hour))
+			m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(time.Hour))
 			var once sync.Once
 			release := func() { once.Do(func() { close(c.hold) }) }
 			t.Cleanup(release) // before the Manager's Close
 			<-c.opened
-			task := launch(t, m, caller, "hello") // the prompt is sent while the stream holds every event
+			task := asyncagentstest.Launch(t, m, caller, "hello") // the prompt is sent while the stream holds every event
 			if asyncagents.StreamLive(m) {
 				t.Fatal("the stream delivered an event while held")
 			}
 			release()
-			got := await(t, m, caller, task.ID)
+			got := asyncagentstest.Await(t, m, caller, task.ID)
 			if got.Status != asyncagents.StatusCompleted || got.Result != readDecision(t, c, task, "").Result {
 				t.Errorf("%s %q", got.Status, got.Result)
 			}
@@ -200,15 +201,15 @@ func TestCompletionFromEventsBoundBySessionCreatedT6(t *testing.T) {
 // T-6: runs are decided from their events whatever the speed of the server's answers: a
 // Client answering within microseconds (in the same process) and one answering after
 // milliseconds (over a network) alike.
-func TestCompletionFromEventsWhateverTheLatencyT6(t *testing.T) {
+func TestCompletionFromEventsWhateverTheLatency(t *testing.T) {
 	for _, delay := range []time.Duration{0, 3 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			rc := &readsClient{Client: fakeClient(t)}
+			rc := &readsClient{Client: asyncagentstest.NewFakeClient(t)}
 			c := slowClient{rc, delay}
 			m, caller := streamManager(t, c)
 			for i := range 3 {
-				task := launch(t, m, caller, "hello "+strconv.Itoa(i))
-				if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+				task := asyncagentstest.Launch(t, m, caller, "hello "+strconv.Itoa(i))
+				if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 					t.Fatalf("%s: %s", task.ID, got.Status)
 				}
 				if reads := rc.readsOf(task.ID); len(reads) != 0 {
@@ -260,7 +261,7 @@ func infoOf(ev opencode.Event) opencode.MessageInfo {
 // T-6: when the events did not carry the whole run, the run is decided from a read, as
 // before: a frame missing (the final text, the completion of the reply), a run
 // that went on over a reconnect of the stream, and a reply that failed.
-func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
+func TestCompletionFromEventsFallsBackToRead(t *testing.T) {
 	finalText := func(ev opencode.Event) bool {
 		p := partOf(ev)
 		return ev.Type == opencode.EventMessagePartUpdate && p.Type == opencode.PartText && strings.Contains(string(p.Raw), `"end":`)
@@ -279,10 +280,10 @@ func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
 		{"model error", nil, "FAIL:400", asyncagents.StatusError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &readsClient{Client: fakeClient(t), drop: tc.drop}
+			c := &readsClient{Client: asyncagentstest.NewFakeClient(t), drop: tc.drop}
 			m, caller := streamManager(t, c)
-			task := launch(t, m, caller, tc.prompt)
-			got := await(t, m, caller, task.ID)
+			task := asyncagentstest.Launch(t, m, caller, tc.prompt)
+			got := asyncagentstest.Await(t, m, caller, task.ID)
 			reads := c.readsOf(task.ID)
 			want := readDecision(t, c, task, "")
 			if got.Status != tc.want || got.Result != want.Result || got.Error != want.Error {
@@ -295,18 +296,16 @@ func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
 	}
 
 	t.Run("reconnect", func(t *testing.T) {
-		f := fakeClient(t, opencodetest.WithHeldRuns())
+		f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 		c := &readsClient{Client: f}
 		m, caller := streamManager(t, c)
-		task := launch(t, m, caller, "held")
-		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, task.ID) })
+		task := asyncagentstest.Launch(t, m, caller, "held")
+		asyncagentstest.AwaitBusy(t, f, task.ID)
 		f.DropEvents()
 		waitFor(t, 10*time.Second, func() bool { return f.Streams() == 1 }) // a new connection
 		reads := len(c.readsOf(task.ID))                                    // the reconcile after the reconnect
-		if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
-			t.Fatal(err)
-		}
-		got := await(t, m, caller, task.ID)
+		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+		got := asyncagentstest.Await(t, m, caller, task.ID)
 		if got.Status != asyncagents.StatusCompleted || got.Result != "done" {
 			t.Errorf("after a reconnect: %s %q", got.Status, got.Result)
 		}
@@ -319,7 +318,7 @@ func TestCompletionFromEventsFallsBackToReadT6(t *testing.T) {
 // T-6 on the real server: runs the events carried whole are completed from them, without a
 // read, with the result a read decides (a plain reply, one after tool calls, one after
 // reasoning); a run that fails with a model error is decided from a read, as before.
-func TestRealServerCompletionFromEventsT6(t *testing.T) {
+func TestRealServerCompletionFromEvents(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := &readsClient{Client: srv.Client()}
@@ -327,10 +326,10 @@ func TestRealServerCompletionFromEventsT6(t *testing.T) {
 	prompts := []string{"hello", "RUN:echo one ||| echo two", "THINK about it", "FAIL:400"}
 	tasks := make([]asyncagents.Task, len(prompts))
 	for i, p := range prompts {
-		tasks[i] = launch(t, m, caller, p)
+		tasks[i] = asyncagentstest.Launch(t, m, caller, p)
 	}
 	for i, task := range tasks {
-		got := await(t, m, caller, task.ID)
+		got := asyncagentstest.Await(t, m, caller, task.ID)
 		reads := c.readsOf(task.ID) // the Manager's
 		want := readDecision(t, c, task, "")
 		if got.Result != want.Result || got.Error != want.Error {
@@ -356,9 +355,9 @@ func TestRealServerCompletionFromEventsT6(t *testing.T) {
 // for a second so that they all run and end together, is decided from what the stream carried,
 // not one task's messages read (a counting Client). (A task launched before OpenCode has
 // subscribed the Manager's new stream, which it does a moment after answering, is read: the
-// stream missed its start. TestCompletionFromEventsBoundBySessionCreatedT6 shows the rule for
+// stream missed its start. TestCompletionFromEventsBoundBySessionCreated shows the rule for
 // a stream open but silent when the tasks are launched.)
-func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
+func TestRealServerBurstCompletedFromEvents(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	srv := shared.Get(t)
@@ -367,11 +366,21 @@ func TestRealServerBurstCompletedFromEventsT6(t *testing.T) {
 	tasks := make([]asyncagents.Task, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { tasks[i] = launch(t, m, caller, "SLEEP:1 (task "+strconv.Itoa(i)+")") })
+		wg.Go(func() { // Launch at once from n goroutines: t.Fatal is the test goroutine's
+			var err error
+			tasks[i], err = m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general",
+				Prompt: "SLEEP:1 (task " + strconv.Itoa(i) + ")"})
+			if err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 	for _, task := range tasks {
-		if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+		if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 			t.Errorf("%s: %s %q", task.ID, got.Status, got.Error)
 		}
 		if reads := c.readsOf(task.ID); len(reads) != 0 {
@@ -415,13 +424,13 @@ func (c *slowStream) Events(ctx context.Context) (opencode.EventStream, error) {
 // connection attempt is over, so that the stream delivers their session.created: their runs
 // are decided from their events. When that attempt fails, they go on without waiting for
 // another (and are read).
-func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
+func TestLaunchAwaitsTheStreamsFirstAttempt(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(map[bool]string{false: "opened", true: "failed"}[fail], func(t *testing.T) {
-			f := fakeClient(t)
-			caller := fakeParent(t, f)
+			f := asyncagentstest.NewFakeClient(t)
+			caller := asyncagentstest.NewParent(t, f)
 			c := &slowStream{readsClient: &readsClient{Client: f}, open: make(chan struct{}), fail: fail}
-			m := newManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond))
+			m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond))
 			launched := make(chan asyncagents.Task, 1)
 			go func() {
 				task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "hello"})
@@ -441,7 +450,7 @@ func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
 			}
 			close(c.open)
 			task := <-launched
-			if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+			if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 				t.Fatalf("%s %q", got.Status, got.Error)
 			}
 			if d, want := asyncagents.StreamDecided(m), map[bool]int64{false: 1, true: 0}[fail]; d != want {
@@ -454,7 +463,7 @@ func TestLaunchAwaitsTheStreamsFirstAttemptT6(t *testing.T) {
 // T-6 on the real server, with a counting client behind a proxy: a run whose event stream is
 // cut while it runs is read (the stream missed part of it) and completes with its real result;
 // a run launched after the stream reconnected is decided from its events, without a read.
-func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
+func TestRealServerStreamCutLeavesRunToRead(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, hc := proxied(t, srv)
@@ -462,7 +471,7 @@ func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
 	m, caller := streamManager(t, c, asyncagents.WithPollInterval(time.Second))
 	ctx := ctxT(t, 90*time.Second)
 
-	cut := launch(t, m, caller, "SLEEP:3")
+	cut := asyncagentstest.Launch(t, m, caller, "SLEEP:3")
 	waitMidRun(t, ctx, hc, []asyncagents.Task{cut})
 	before := asyncagents.StreamConnection(m)
 	if n := proxy.CutEvents(); n != 1 {
@@ -473,15 +482,15 @@ func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
 		return c != 0 && c != before
 	})
 	reads := len(c.readsOf(cut.ID)) // the reconcile after the reconnect
-	after := launch(t, m, caller, "RUN:echo after")
+	after := asyncagentstest.Launch(t, m, caller, "RUN:echo after")
 
-	if got := await(t, m, caller, cut.ID); got.Status != asyncagents.StatusCompleted || !strings.HasSuffix(got.Result, "slept 3") {
+	if got := asyncagentstest.Await(t, m, caller, cut.ID); got.Status != asyncagents.StatusCompleted || !strings.HasSuffix(got.Result, "slept 3") {
 		t.Errorf("the run across the cut: %s %q", got.Status, got.Result)
 	}
 	if n := len(c.readsOf(cut.ID)); n <= reads {
 		t.Errorf("the run across the cut was not read at its end (%d reads, %d at the reconnect)", n, reads)
 	}
-	if got := await(t, m, caller, after.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: after" {
+	if got := asyncagentstest.Await(t, m, caller, after.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: after" {
 		t.Errorf("the run after the reconnect: %s %q", got.Status, got.Result)
 	}
 	if r := c.readsOf(after.ID); len(r) != 0 {
@@ -495,30 +504,30 @@ func TestRealServerStreamCutLeavesRunToReadT6(t *testing.T) {
 // T-6: a launch right after New waits for the event stream's first connection attempt at most
 // the quick request timeout, even with a Client whose Events does not return when its
 // context ends.
-func TestLaunchAwaitsTheStreamAtMostTheQuickTimeoutT6(t *testing.T) {
-	f := fakeClient(t)
-	caller := fakeParent(t, f)
+func TestLaunchAwaitsTheStreamAtMostTheQuickTimeout(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	caller := asyncagentstest.NewParent(t, f)
 	c := &slowStream{readsClient: &readsClient{Client: f}, open: make(chan struct{}), deaf: true}
 	const quick = 300 * time.Millisecond
-	m := newManager(t, c, asyncagents.WithRequestTimeout(quick))
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithRequestTimeout(quick))
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(c.open) }) }) // before the Manager's Close
 	start := time.Now()
-	task := launch(t, m, caller, "hello")
+	task := asyncagentstest.Launch(t, m, caller, "hello")
 	if d := time.Since(start); d < quick || d > quick+2*time.Second {
 		t.Errorf("Launch returned after %v, want about %v", d, quick)
 	}
-	if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 		t.Errorf("%s %q", got.Status, got.Error)
 	}
 }
 
 // T-6: a run the stream carried whole whose frames do not show it completed (the model
 // failed) is decided at once from a read, not left to the status poll (an hour away here).
-func TestFailedRunCarriedWholeIsReadT6(t *testing.T) {
-	c := &readsClient{Client: fakeClient(t)}
+func TestFailedRunCarriedWholeIsRead(t *testing.T) {
+	c := &readsClient{Client: asyncagentstest.NewFakeClient(t)}
 	m, caller := streamManager(t, c)
-	task := launch(t, m, caller, "FAIL:500")
+	task := asyncagentstest.Launch(t, m, caller, "FAIL:500")
 	out, err := m.Output(context.Background(), caller, task.ID, asyncagents.OutputOptions{Block: true, Timeout: 10 * time.Second})
 	if err != nil || out.Task.Status != asyncagents.StatusError {
 		t.Fatalf("a failed run: %s %q (%v), want %s", out.Task.Status, out.Task.Error, err, asyncagents.StatusError)

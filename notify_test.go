@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/fakeclock"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -88,67 +89,23 @@ func (c *flaky) Message(ctx context.Context, id, msgID string) (*opencode.Messag
 	return c.FakeClient.Message(ctx, id, msgID)
 }
 
-// notifications returns the visible texts of the notifications in a parent session: each a
-// visible part followed by its synthetic hint, alone in a user message or merged with others.
-func notifications(t *testing.T, c opencode.Client, parent string) []string {
-	t.Helper()
-	msgs, err := c.Messages(context.Background(), parent, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, m := range msgs {
-		for _, e := range notificationEntries(m) {
-			out = append(out, e.Text)
-		}
-	}
-	return out
-}
-
-// notificationEntries returns the visible parts of the notifications m carries: in a user
-// message, each part that names the task progress, is not synthetic, and is followed by a
-// synthetic hint.
-func notificationEntries(m opencode.Message) []opencode.Part {
-	if m.Info.Role != opencode.RoleUser {
-		return nil
-	}
-	var out []opencode.Part
-	for i := 0; i+1 < len(m.Parts); i++ {
-		if p := m.Parts[i]; !p.Synthetic && m.Parts[i+1].Synthetic && strings.Contains(p.Text, "Task Progress") {
-			out = append(out, p)
-			i++
-		}
-	}
-	return out
-}
-
-func waitNotifications(t *testing.T, c opencode.Client, parent string, n int) []string {
-	t.Helper()
-	var got []string
-	waitFor(t, 20*time.Second, func() bool {
-		got = notifications(t, c, parent)
-		return len(got) >= n
-	})
-	return got
-}
-
 // N, R: notifications merged into one message whose answer was lost after the server stored
 // it are found by its message id, once for all of them, and not posted again.
 func TestMergedNotificationsAnswerLostAreNotDuplicated(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	caller := fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	caller := asyncagentstest.NewParent(t, f)
 	c := &flaky{FakeClient: f}
 	gated := &concurrentPrompts{Client: c, gate: make(chan struct{})}
-	m := newManager(t, gated, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	m := asyncagentstest.NewManager(t, gated, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ids := launchHeld(t, m, f, caller, 6)
 	release(t, f, ids...)
-	waitRunEndsRecorded(t, m, 20*time.Second, ids...)
+	waitRunEndsRecorded(t, m, ids...)
 	c.mu.Lock()
 	c.lose, c.loseIn = len(ids), caller.SessionID // every post's answer
 	c.mu.Unlock()
 	close(gated.gate)
-	posted := awaitNotified(t, m, 20*time.Second, ids)
-	if got := notifications(t, f, caller.SessionID); len(got) != len(ids) {
+	posted := awaitNotified(t, m, ids)
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != len(ids) {
 		t.Fatalf("parent got %d notifications, want %d: %q", len(got), len(ids), got)
 	}
 	gated.mu.Lock()
@@ -175,20 +132,19 @@ func sumOf(v []int) (n int) {
 // N, R: a notification whose answer was lost after the server created it is found by its
 // message id before the retry and not posted again.
 func TestNotificationAnswerLostIsNotDuplicated(t *testing.T) {
-	f := fakeClient(t)
-	caller := fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t)
+	caller := asyncagentstest.NewParent(t, f)
 	c := &flaky{FakeClient: f, lose: 1, loseIn: caller.SessionID}
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
-	task := launch(t, m, caller, "RUN:echo once")
-	waitFor(t, 20*time.Second, func() bool {
-		tk, _ := m.Get(task.ID)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun))
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo once")
+	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		return len(tk.Notifications) == 1 && tk.Notifications[0].State == asyncagents.NotificationDelivered
 	})
 	tk, _ := m.Get(task.ID)
 	if n := tk.Notifications[0]; n.Attempts != 2 || n.MessageID == "" { // the lost post, then the check that found it
 		t.Errorf("notification = %+v, want two attempts with a message id", n)
 	}
-	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 1 {
 		t.Fatalf("parent got %d notifications: %q", len(got), got)
 	}
 }
@@ -196,27 +152,26 @@ func TestNotificationAnswerLostIsNotDuplicated(t *testing.T) {
 // N, R: a parent unreachable for longer than a few retries still gets its notification once
 // it is back, and meanwhile another parent's notifications are not held up.
 func TestNotificationOutlastsParentOutage(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	c := &flaky{FakeClient: f}
 	clock := fakeclock.New(time.Now())
-	m := newManager(t, c, asyncagents.WithClock(clock))
-	down, up := fakeParent(t, f), fakeParent(t, f)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithClock(clock))
+	down, up := asyncagentstest.NewParent(t, f), asyncagentstest.NewParent(t, f)
 	c.setDown(down.SessionID, true)
 
-	stuck := launch(t, m, down, "RUN:echo a")
+	stuck := asyncagentstest.Launch(t, m, down, "RUN:echo a")
 	pollUntilDone(t, clock, m, stuck.ID)
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m.Get(stuck.ID)
+	asyncagentstest.AwaitTask(t, m, stuck.ID, func(tk asyncagents.Task) bool {
 		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 1
 	})
-	other := launch(t, m, up, "RUN:echo b")
+	other := asyncagentstest.Launch(t, m, up, "RUN:echo b")
 	pollUntilDone(t, clock, m, other.ID)
-	waitNotifications(t, f, up.SessionID, 1) // not behind the unreachable parent
+	asyncagentstest.AwaitNotifications(t, f, up.SessionID, 1) // not behind the unreachable parent
 
 	for range 30 { // 15 minutes of retries
 		clock.Advance(30 * time.Second)
 	}
-	if got := notifications(t, f, down.SessionID); len(got) != 0 {
+	if got := asyncagentstest.Notifications(t, f, down.SessionID); len(got) != 0 {
 		t.Fatalf("delivered while down: %q", got)
 	}
 	tk, _ := m.Get(stuck.ID)
@@ -226,10 +181,9 @@ func TestNotificationOutlastsParentOutage(t *testing.T) {
 	c.setDown(down.SessionID, false)
 	waitFor(t, 20*time.Second, func() bool {
 		clock.Advance(time.Minute)
-		return len(notifications(t, f, down.SessionID)) == 1
+		return len(asyncagentstest.Notifications(t, f, down.SessionID)) == 1
 	})
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m.Get(stuck.ID)
+	asyncagentstest.AwaitTask(t, m, stuck.ID, func(tk asyncagents.Task) bool {
 		return tk.Notifications[0].State == asyncagents.NotificationDelivered
 	})
 }
@@ -247,15 +201,15 @@ func pollUntilDone(t *testing.T, clock *fakeclock.Clock, m *asyncagents.Manager,
 // N: when the horizon has passed, the notification is marked failed on the task and the
 // failure is logged.
 func TestNotificationHorizon(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	c := &flaky{FakeClient: f}
 	clock := fakeclock.New(time.Now())
 	logs := &logRecords{}
-	m := newManager(t, c, asyncagents.WithClock(clock), asyncagents.WithNotifyHorizon(time.Minute),
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithClock(clock), asyncagents.WithNotifyHorizon(time.Minute),
 		asyncagents.WithLogger(slog.New(logs)))
-	parent := fakeParent(t, f)
+	parent := asyncagentstest.NewParent(t, f)
 	c.setDown(parent.SessionID, true)
-	task := launch(t, m, parent, "RUN:echo x")
+	task := asyncagentstest.Launch(t, m, parent, "RUN:echo x")
 	pollUntilDone(t, clock, m, task.ID)
 	waitFor(t, 20*time.Second, func() bool {
 		clock.Advance(10 * time.Second)
@@ -274,62 +228,58 @@ func TestNotificationHorizon(t *testing.T) {
 // T-19, N: a notification still pending when the Manager closes is delivered, once, by the
 // next Manager on the same store.
 func TestNotificationSurvivesClose(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	c := &flaky{FakeClient: f}
 	store := &asyncagents.MemoryStore{}
-	parent := fakeParent(t, f)
+	parent := asyncagentstest.NewParent(t, f)
 	c.setDown(parent.SessionID, true)
 	m1, err := asyncagents.New(c, asyncagents.WithStore(store), asyncagents.WithPollInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := launch(t, m1, parent, "RUN:echo later")
-	waitFor(t, 20*time.Second, func() bool {
-		tk, _ := m1.Get(task.ID)
+	task := asyncagentstest.Launch(t, m1, parent, "RUN:echo later")
+	asyncagentstest.AwaitTask(t, m1, task.ID, func(tk asyncagents.Task) bool {
 		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 1
 	})
 	if err := m1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	c.setDown(parent.SessionID, false)
-	m2 := newManager(t, c, asyncagents.WithStore(store))
-	got := waitNotifications(t, f, parent.SessionID, 1)
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m2.Get(task.ID)
+	m2 := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store))
+	got := asyncagentstest.AwaitNotifications(t, f, parent.SessionID, 1)
+	asyncagentstest.AwaitTask(t, m2, task.ID, func(tk asyncagents.Task) bool {
 		return tk.Notifications[0].State == asyncagents.NotificationDelivered
 	})
-	if got = notifications(t, f, parent.SessionID); len(got) != 1 || !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "finished") }) {
+	if got = asyncagentstest.Notifications(t, f, parent.SessionID); len(got) != 1 || !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "finished") }) {
 		t.Fatalf("parent notifications: %q", got)
 	}
 }
 
-// N-3: a parent's newest message is read once per wave of notifications, not once per
+// N: a parent's newest message is read once per wave of notifications, not once per
 // notification: the others take their ids from the event stream and from the ids the Manager
 // posted, in increasing order. After the stream reconnects, the next wave reads it again;
 // once the parent has no active task and nothing to deliver, it is no longer followed.
 func TestNotificationWaveReadsParentOnce(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &readsClient{Client: f}
 	m, caller := streamManager(t, c)
 	wave := func(n int) []string {
 		t.Helper()
 		ids := make([]string, n)
 		for i := range n {
-			ids[i] = launch(t, m, caller, "held "+strconv.Itoa(i)).ID
-			waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+			ids[i] = asyncagentstest.Launch(t, m, caller, "held "+strconv.Itoa(i)).ID
+			asyncagentstest.AwaitBusy(t, f, ids[i])
 		}
 		for _, id := range ids {
-			if err := f.Release(id, opencodetest.Text("done")); err != nil {
-				t.Fatal(err)
-			}
+			asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
 		}
-		return awaitNotified(t, m, 10*time.Second, ids)
+		return awaitNotified(t, m, ids)
 	}
 	posted := wave(5)
 	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
 		t.Errorf("reads of the parent in a wave of 5: %v, want one [1]", reads)
 	}
-	if got := notifications(t, f, caller.SessionID); slices.Contains(posted, "") || len(got) != 5 {
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); slices.Contains(posted, "") || len(got) != 5 {
 		t.Errorf("notification ids %v, %d in the parent: want 5 posted, alone or merged", posted, len(got))
 	}
 	waitFor(t, 10*time.Second, func() bool { return asyncagents.FollowedParents(m) == 0 }) // once the wave is over
@@ -342,7 +292,7 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 	}
 }
 
-// N-3 on the real server: the notifications of a wave of run ends read the parent's newest
+// N on the real server: the notifications of a wave of run ends read the parent's newest
 // message once, and each is in the parent once.
 func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 	t.Parallel()
@@ -353,10 +303,20 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { ids[i] = launch(t, m, caller, "SLEEP:1 (wave "+strconv.Itoa(i)+")").ID })
+		wg.Go(func() { // Launch at once from n goroutines: t.Fatal is the test goroutine's
+			task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general",
+				Prompt: "SLEEP:1 (wave " + strconv.Itoa(i) + ")"})
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = task.ID
+		})
 	}
 	wg.Wait()
-	posted := awaitNotified(t, m, 60*time.Second, ids)
+	if t.Failed() {
+		t.FailNow()
+	}
+	posted := awaitNotified(t, m, ids)
 	if reads := c.readsOf(caller.SessionID); !slices.Equal(reads, []int{1}) {
 		t.Errorf("reads of the parent in a wave of %d: %v, want one [1]", n, reads)
 	}
@@ -371,22 +331,17 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 	}
 }
 
-// awaitNotified waits at most d until the first notification of each task is delivered, and
-// returns their message ids in the order of ids.
-func awaitNotified(t *testing.T, m *asyncagents.Manager, d time.Duration, ids []string) []string {
+// awaitNotified waits until the first notification of each task is delivered, and returns
+// their message ids in the order of ids.
+func awaitNotified(t *testing.T, m *asyncagents.Manager, ids []string) []string {
 	t.Helper()
 	var posted []string
-	waitFor(t, d, func() bool {
-		posted = posted[:0]
-		for _, id := range ids {
-			task, err := m.Get(id)
-			if err != nil || len(task.Notifications) == 0 || task.Notifications[0].State != asyncagents.NotificationDelivered {
-				return false
-			}
-			posted = append(posted, task.Notifications[0].MessageID)
-		}
-		return true
-	})
+	for _, id := range ids {
+		task := asyncagentstest.AwaitTask(t, m, id, func(tk asyncagents.Task) bool {
+			return len(tk.Notifications) > 0 && tk.Notifications[0].State == asyncagents.NotificationDelivered
+		})
+		posted = append(posted, task.Notifications[0].MessageID)
+	}
 	return posted
 }
 
@@ -414,16 +369,16 @@ func (c *postCounting) Prompt(ctx context.Context, id string, req opencode.Promp
 // N, F: with a client that has PostMessage, what the Manager posts without reply (a
 // notification, a forked task's inherited context) goes through it, not through Prompt.
 func TestPostsWithoutReplyUsePostMessage(t *testing.T) {
-	f := fakeClient(t)
-	caller := fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t)
+	caller := asyncagentstest.NewParent(t, f)
 	c := &postCounting{FakeClient: f}
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	task := launch(t, m, caller, "RUN:echo once")
-	awaitNotified(t, m, 20*time.Second, []string{task.ID})
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo once")
+	awaitNotified(t, m, []string{task.ID})
 	if posts, prompts := c.posts.Load(), c.prompts.Load(); posts != 1 || prompts != 0 {
 		t.Errorf("after a notification: PostMessage called %d times, Prompt %d; want 1 and 0", posts, prompts)
 	}
-	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 1 {
 		t.Errorf("parent notifications = %q, want one", got)
 	}
 	forked, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "forked",
@@ -431,7 +386,7 @@ func TestPostsWithoutReplyUsePostMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitNotified(t, m, 20*time.Second, []string{forked.ID})
+	awaitNotified(t, m, []string{forked.ID})
 	if posts, prompts := c.posts.Load(), c.prompts.Load(); posts != 3 || prompts != 0 {
 		t.Errorf("after a forked task: PostMessage called %d times, Prompt %d; want 3 (its context and notification) and 0", posts, prompts)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -62,7 +63,7 @@ func (s *boomStore) Save(ctx context.Context, t asyncagents.Task) error {
 // worker, a reconciler whose store panics; TestPanicsInBackgroundWork covers the event
 // stream, the status poll and a reconcile. If any panic escaped, the test binary would die.
 func TestPanicPolicyEveryGoroutine(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &boomClient{FakeClient: f}
 	store := &boomStore{}
 	logs := &logRecords{}
@@ -70,7 +71,7 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 		asyncagents.WithPollInterval(20 * time.Millisecond), asyncagents.WithFollowUpQueue(1),
 		asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyPerRun)} // notifications are prompts (they panic below)
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	// What a Manager that stopped left in the store: an ended task with a follow-up queued,
 	// and a task queued for a slot.
 	now := time.Now()
@@ -96,7 +97,7 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 	// (its session check panics).
 	c.getSession.Store(true)
 	c.promptAsync.Store(true)
-	m2 := newManager(t, c, opts...)
+	m2 := asyncagentstest.NewManager(t, c, opts...)
 	waitFor(t, 10*time.Second, func() bool {
 		return logs.contains("panic in sending queued follow-ups") && logs.contains("boom in GetSession")
 	})
@@ -110,33 +111,31 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 		got, _ := m2.Get(queued.ID)
 		return got.Status == asyncagents.StatusRunning && f.Release(queued.ID, opencodetest.Text("queued done")) == nil
 	})
-	if got := await(t, m2, caller, queued.ID); got.Status != asyncagents.StatusCompleted {
+	if got := asyncagentstest.Await(t, m2, caller, queued.ID); got.Status != asyncagents.StatusCompleted {
 		t.Fatalf("queued task after its start panicked: %s %q", got.Status, got.Error)
 	}
 
 	// A notification worker: the parent's next post panics; the attempt counts as failed and
 	// is retried, and every notification is delivered.
-	n := launch(t, m2, caller, "note")
-	waitFor(t, 10*time.Second, func() bool { // it holds the slot once the queued task ended
-		got, _ := m2.Get(n.ID)
-		return got.Status == asyncagents.StatusRunning
+	n := asyncagentstest.Launch(t, m2, caller, "note")
+	asyncagentstest.AwaitTask(t, m2, n.ID, func(tk asyncagents.Task) bool { // it holds the slot once the queued task ended
+		return tk.Status == asyncagents.StatusRunning
 	})
 	c.promptAsync.Store(true)
-	_ = f.Release(n.ID, opencodetest.Text("ok"))
+	asyncagentstest.Release(t, f, n.ID, opencodetest.Text("ok"))
 	waitFor(t, 20*time.Second, func() bool { return logs.contains("panic delivering a notification") })
-	waitFor(t, 20*time.Second, func() bool { return delivered(m2, n.ID, queued.ID) })
+	for _, id := range []string{n.ID, queued.ID} {
+		asyncagentstest.AwaitTask(t, m2, id, asyncagentstest.Delivered)
+	}
 
 	// A reconciler whose store panics while it records the end of a run.
-	s := launch(t, m2, caller, "store")
-	waitFor(t, 10*time.Second, func() bool {
-		got, _ := m2.Get(s.ID)
-		return got.Status == asyncagents.StatusRunning
-	})
+	s := asyncagentstest.Launch(t, m2, caller, "store")
+	asyncagentstest.AwaitTask(t, m2, s.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 	store.save.Store(true)
-	_ = f.Release(s.ID, opencodetest.Text("saved?"))
+	asyncagentstest.Release(t, f, s.ID, opencodetest.Text("saved?"))
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in Save") })
 	store.save.Store(false)
-	if got := await(t, m2, caller, s.ID); !got.Status.Terminal() {
+	if got := asyncagentstest.Await(t, m2, caller, s.ID); !got.Status.Terminal() {
 		t.Fatalf("task whose store panicked: %s", got.Status)
 	}
 }
@@ -144,22 +143,22 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 // The permission answer: a policy that panics, and a reply that panics, are logged; the
 // request stays waiting and the parent is told.
 func TestPanicInPermissionAnswer(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	c := &boomClient{FakeClient: f}
 	c.reply.Store(true)
 	logs := &logRecords{}
-	m := newManager(t, c, asyncagents.WithLogger(slog.New(logs)),
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithLogger(slog.New(logs)),
 		asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "RUN:cat /etc/hostname")
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:cat /etc/hostname")
 	waitFor(t, 10*time.Second, func() bool {
 		return logs.contains("panic in answering a permission request") && logs.contains("boom in ReplyPermission")
 	})
-	panicky := newManager(t, f, asyncagents.WithLogger(slog.New(logs)),
+	panicky := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithLogger(slog.New(logs)),
 		asyncagents.WithPermissionPolicy(func(asyncagents.Task, asyncagents.PendingPermission) asyncagents.PermissionReply {
 			panic("boom in the policy")
 		}))
-	other := launch(t, panicky, caller, "RUN:cat /etc/hostname")
+	other := asyncagentstest.Launch(t, panicky, caller, "RUN:cat /etc/hostname")
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in the policy") })
 	for _, mt := range []struct {
 		m  *asyncagents.Manager
@@ -190,14 +189,14 @@ func managerGoroutines() int {
 // together, and 32 notification workers, each with up to 7 goroutines posting, more; none
 // after Close.
 func TestGoroutineBound(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f, asyncagents.WithReconcilers(2))
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithReconcilers(2))
 	waitFor(t, 10*time.Second, func() bool { return managerGoroutines() == 4+2 })
 	var tasks []asyncagents.Task
 	for range 20 {
-		caller := fakeParent(t, f)
+		caller := asyncagentstest.NewParent(t, f)
 		for range 30 {
-			tasks = append(tasks, launch(t, m, caller, "held"))
+			tasks = append(tasks, asyncagentstest.Launch(t, m, caller, "held"))
 		}
 	}
 	if n := managerGoroutines(); n != 4+2 {
@@ -220,14 +219,9 @@ func TestGoroutineBound(t *testing.T) {
 		peak = max(peak, managerGoroutines())
 		time.Sleep(time.Millisecond)
 	}
-	waitFor(t, 30*time.Second, func() bool {
-		for _, tk := range tasks {
-			if !delivered(m, tk.ID) {
-				return false
-			}
-		}
-		return true
-	})
+	for _, tk := range tasks {
+		asyncagentstest.AwaitTask(t, m, tk.ID, asyncagentstest.Delivered)
+	}
 	if bound := 4 + min(16*2, 64) + 16 + 32*8; peak > bound {
 		t.Errorf("peak of %d goroutines during a burst of %d run ends, want at most %d", peak, len(tasks), bound)
 	}
@@ -258,27 +252,25 @@ func (s *panicSaveStore) Save(ctx context.Context, t asyncagents.Task) error {
 // that panics for one of them is logged, and every other one is still saved, its slot given
 // to the queued task and its follow-up sent (T-18).
 func TestBurstWithAPanickingSave(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	store := &panicSaveStore{}
 	logs := &logRecords{}
-	m := newManager(t, f, asyncagents.WithStore(store), asyncagents.WithLogger(slog.New(logs)),
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithLogger(slog.New(logs)),
 		asyncagents.WithConcurrency(asyncagents.Limits{Default: 40}), asyncagents.WithFollowUpQueue(1))
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	const n = 40
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = launch(t, m, caller, "held").ID
+		ids[i] = asyncagentstest.Launch(t, m, caller, "held").ID
 	}
-	queued := launch(t, m, caller, "queued") // waits for a slot
+	queued := asyncagentstest.Launch(t, m, caller, "queued") // waits for a slot
 	follow := ids[n-1]
 	if _, err := m.Resume(context.Background(), caller, follow, "and then"); err != nil {
 		t.Fatal(err) // queued behind the running run
 	}
 	store.id.Store(ids[0])
 	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
 	}
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in Save of " + ids[0]) })
 	waitFor(t, 10*time.Second, func() bool {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/manager"
 )
 
@@ -16,13 +17,13 @@ const outside = "RUN:cat /no/such/file.txt"
 
 // T-16, N-9: without a policy a request waits, shows on the task and in the list, and the
 // parent is told once; a policy answers it on the task's directory.
-func TestPermissionPolicyT16(t *testing.T) {
+func TestPermissionPolicy(t *testing.T) {
 	t.Run("surface", func(t *testing.T) {
-		f := fakeClient(t)
-		m := newManager(t, f)
-		caller := fakeParent(t, f)
-		task := launch(t, m, caller, outside)
-		got := waitNotifications(t, f, caller.SessionID, 1)
+		f := asyncagentstest.NewFakeClient(t)
+		m := asyncagentstest.NewManager(t, f, fastPoll)
+		caller := asyncagentstest.NewParent(t, f)
+		task := asyncagentstest.Launch(t, m, caller, outside)
+		got := asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 1)
 		if !strings.Contains(got[0], "is waiting for permission: external_directory /no/such/*") {
 			t.Fatalf("notification = %q", got[0])
 		}
@@ -37,8 +38,8 @@ func TestPermissionPolicyT16(t *testing.T) {
 		if _, err := m.Cancel(context.Background(), caller, task.ID); err != nil {
 			t.Fatal(err)
 		}
-		waitNotifications(t, f, caller.SessionID, 2)
-		if got := notifications(t, f, caller.SessionID); len(got) != 2 || !strings.Contains(got[1], "cancelled") {
+		asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 2)
+		if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 2 || !strings.Contains(got[1], "cancelled") {
 			t.Fatalf("notifications = %q", got)
 		}
 	})
@@ -52,25 +53,25 @@ func TestPermissionPolicyT16(t *testing.T) {
 		{asyncagents.PermissionReject, asyncagents.StatusError, manager.HaltedAfterToolCall},
 	} {
 		t.Run(string(tc.reply), func(t *testing.T) {
-			f := fakeClient(t)
-			m := newManager(t, f, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(tc.reply)))
-			caller := fakeParent(t, f)
-			got := await(t, m, caller, launch(t, m, caller, outside).ID)
+			f := asyncagentstest.NewFakeClient(t)
+			m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(tc.reply)))
+			caller := asyncagentstest.NewParent(t, f)
+			got := asyncagentstest.Await(t, m, caller, asyncagentstest.Launch(t, m, caller, outside).ID)
 			if got.Status != tc.status || !strings.Contains(got.Result+got.Error, tc.text) {
 				t.Fatalf("%s: %s %q %q", tc.reply, got.Status, got.Result, got.Error)
 			}
 		})
 	}
 	t.Run("panicking policy", func(t *testing.T) {
-		f := fakeClient(t)
+		f := asyncagentstest.NewFakeClient(t)
 		logs := &logRecords{}
-		m := newManager(t, f, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPermissionPolicy(
+		m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithLogger(slog.New(logs)), asyncagents.WithPermissionPolicy(
 			func(asyncagents.Task, asyncagents.PendingPermission) asyncagents.PermissionReply {
 				panic("policy boom")
 			}))
-		caller := fakeParent(t, f)
-		launch(t, m, caller, outside)
-		waitNotifications(t, f, caller.SessionID, 1)
+		caller := asyncagentstest.NewParent(t, f)
+		asyncagentstest.Launch(t, m, caller, outside)
+		asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 1)
 		if !logs.contains("panic in the permission policy") {
 			t.Error("the panic was not logged")
 		}
@@ -79,15 +80,14 @@ func TestPermissionPolicyT16(t *testing.T) {
 
 // T-16 on the real server: a policy that allows once lets the task run its command; without
 // one the parent is told that the task waits.
-func TestRealServerPermissionPolicyT16(t *testing.T) {
+func TestRealServerPermissionPolicy(t *testing.T) {
 	srv := ownServer(t) // cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "policy parent")
-	caller := asyncagents.Caller{SessionID: parent.ID}
-	allow := newManager(t, c, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)),
+	caller := asyncagentstest.NewParent(t, c)
+	allow := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithPermissionPolicy(asyncagents.ReplyAll(asyncagents.PermissionOnce)),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	got := await(t, allow, caller, launch(t, allow, caller, outside).ID)
+	got := asyncagentstest.Await(t, allow, caller, asyncagentstest.Launch(t, allow, caller, outside).ID)
 	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "No such file") {
 		t.Fatalf("allowed task: %s %q %q", got.Status, got.Result, got.Error)
 	}
@@ -95,11 +95,11 @@ func TestRealServerPermissionPolicyT16(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ask := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	waiting := launch(t, ask, caller, outside)
+	ask := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	waiting := asyncagentstest.Launch(t, ask, caller, outside)
 	var note string
 	waitFor(t, 30*time.Second, func() bool {
-		for _, n := range notifications(t, c, parent.ID) {
+		for _, n := range asyncagentstest.Notifications(t, c, caller.SessionID) {
 			if strings.Contains(n, "is waiting for permission: external_directory") {
 				note = n
 			}

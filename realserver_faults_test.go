@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/fakeclock"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -58,8 +59,7 @@ func note(m *asyncagents.Manager, id string) asyncagents.Notification {
 // delivered reports whether every task's latest notification was delivered.
 func delivered(m *asyncagents.Manager, ids ...string) bool {
 	for _, id := range ids {
-		tk, err := m.Get(id)
-		if err != nil || len(tk.Notifications) == 0 || tk.Notifications[len(tk.Notifications)-1].State != asyncagents.NotificationDelivered {
+		if tk, err := m.Get(id); err != nil || !asyncagentstest.Delivered(tk) {
 			return false
 		}
 	}
@@ -74,7 +74,7 @@ func settle(t *testing.T, m *asyncagents.Manager, c opencode.Client, prefix stri
 		t.Fatal(err)
 	}
 	for parent, n := range want {
-		got := notifications(t, c, parent)
+		got := asyncagentstest.Notifications(t, c, parent)
 		if len(got) != n {
 			t.Errorf("parent %s got %d notifications, want %d: %q", parent, len(got), n, got)
 		}
@@ -111,7 +111,7 @@ func waitMidRun(t *testing.T, ctx context.Context, c opencode.Client, tasks []as
 // and their last steps never finish), so each task ends in error ("interrupted") within a
 // few poll intervals, a blocked Output returns, and each parent is told once per task. Both
 // scenarios restart one server of the test's own, one after the other.
-func TestFaultServerRestartT23(t *testing.T) {
+func TestFaultServerRestartInterruptsRuns(t *testing.T) {
 	t.Parallel()
 	srv := opencodetest.Start(t)
 	// The proxy answers 503 while the server is down and starting, so the Manager sees the
@@ -133,13 +133,13 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 		proxy, c = proxied(t, srv)
 	}
 	ctx := ctxT(t, 120*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithRequestTimeout(2*time.Second))
-	p1, p2 := fakeParent(t, c), fakeParent(t, c)
+	p1, p2 := asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c)
 	tasks := []asyncagents.Task{
-		launch(t, m, p1, "SLEEP:30"),     // the model is streaming
-		launch(t, m, p1, "RUN:sleep 30"), // a tool is running
-		launch(t, m, p2, "SLEEP:30"),
+		asyncagentstest.Launch(t, m, p1, "SLEEP:30"),     // the model is streaming
+		asyncagentstest.Launch(t, m, p1, "RUN:sleep 30"), // a tool is running
+		asyncagentstest.Launch(t, m, p2, "SLEEP:30"),
 	}
 	waitMidRun(t, ctx, c, tasks)
 	type result struct {
@@ -208,7 +208,9 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 	case <-time.After(10 * time.Second):
 		t.Fatal("blocked Output did not return")
 	}
-	waitFor(t, 30*time.Second, func() bool { return delivered(m, tasks[0].ID, tasks[1].ID, tasks[2].ID) })
+	for _, id := range []string{tasks[0].ID, tasks[1].ID, tasks[2].ID} {
+		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
+	}
 	t.Logf("all notifications delivered %v after the server was back", time.Since(restarted))
 	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
 }
@@ -216,15 +218,15 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 // T-7: with the event stream refused (503) and every prompt_async held 300–800 ms, so the
 // poll can find a task's session idle before its prompt arrives, every task still completes
 // and each parent is told, from the status poll alone.
-func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
+func TestFaultPollFallbackWithoutEvents(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	refused := proxy.Inject(opencodetest.Fault{Pattern: "GET /global/event", Status: 503})
 	proxy.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/prompt_async", Delay: 300 * time.Millisecond, Jitter: 500 * time.Millisecond})
 	ctx := ctxT(t, 90*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	parents := []asyncagents.Caller{fakeParent(t, c), fakeParent(t, c), fakeParent(t, c)}
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	parents := []asyncagents.Caller{asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c)}
 
 	start := time.Now()
 	var (
@@ -271,11 +273,9 @@ func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
 		}
 	}
 	t.Logf("6 tasks completed by polling in %v", time.Since(start))
-	ids := make([]string, len(tasks))
-	for i, tk := range tasks {
-		ids[i] = tk.ID
+	for _, tk := range tasks {
+		asyncagentstest.AwaitTask(t, m, tk.ID, asyncagentstest.Delivered)
 	}
-	waitFor(t, 30*time.Second, func() bool { return delivered(m, ids...) })
 	t.Logf("and notified in %v", time.Since(start))
 	if refused.Hits() == 0 || proxy.EventStreams() != 0 {
 		t.Errorf("event stream refused %d times, %d open", refused.Hits(), proxy.EventStreams())
@@ -291,14 +291,14 @@ func TestFaultPollFallbackWithoutEventsT7(t *testing.T) {
 // than the handful a short retry budget allows — gets its notification once it is back,
 // exactly once. The Manager's clock is fake so that minutes of backoff pass at once; the
 // server, the proxy and every request are real.
-func TestFaultParentOutageNotificationOnceN(t *testing.T) {
+func TestFaultParentOutageNotifiedOnce(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	clock := fakeclock.New(time.Now())
-	m := newManager(t, c, asyncagents.WithClock(clock), asyncagents.WithNotifyHorizon(24*time.Hour))
-	parent := fakeParent(t, c)
-	task := launch(t, m, parent, "RUN:echo outage")
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithClock(clock), asyncagents.WithNotifyHorizon(24*time.Hour))
+	parent := asyncagentstest.NewParent(t, c)
+	task := asyncagentstest.Launch(t, m, parent, "RUN:echo outage")
 	restore := parentDown(proxy, parent.SessionID, opencodetest.Fault{Status: 503})
 	defer restore()
 
@@ -308,7 +308,7 @@ func TestFaultParentOutageNotificationOnceN(t *testing.T) {
 		return note(m, task.ID).Attempts >= failures
 	})
 	n := note(m, task.ID)
-	if n.State != asyncagents.NotificationPending || !strings.Contains(n.Error, "503") || len(notifications(t, srv.Client(), parent.SessionID)) != 0 {
+	if n.State != asyncagents.NotificationPending || !strings.Contains(n.Error, "503") || len(asyncagentstest.Notifications(t, srv.Client(), parent.SessionID)) != 0 {
 		t.Fatalf("during the outage: %+v", n)
 	}
 	t.Logf("%d failed attempts over %v of the Manager's time", n.Attempts, clock.Now().Sub(n.Created))
@@ -328,7 +328,7 @@ func TestFaultParentOutageNotificationOnceN(t *testing.T) {
 // N, §8: the first notification post reaches the server but its answer is lost (the
 // connection breaks): the retry finds the message by its id and does not post it again. And
 // one the server acknowledged (204) and never stored is found missing and posted again.
-func TestFaultLostNotificationResponseN(t *testing.T) {
+func TestFaultLostNotificationResponse(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	for _, tc := range []struct {
@@ -350,12 +350,12 @@ func TestFaultLostNotificationResponseN(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			proxy, c := proxied(t, srv)
-			m := newManager(t, c, asyncagents.WithNotifyPolicy(tc.policy), asyncagents.WithPollInterval(200*time.Millisecond))
+			m := asyncagentstest.NewManager(t, c, asyncagents.WithNotifyPolicy(tc.policy), asyncagents.WithPollInterval(200*time.Millisecond))
 			asyncagents.SetLossGrace(m, 2*time.Second) // a minute by default
-			parent := fakeParent(t, c)
+			parent := asyncagentstest.NewParent(t, c)
 			tc.fault.Pattern = fmt.Sprintf(tc.route, parent.SessionID)
 			drop := proxy.Inject(tc.fault)
-			task := launch(t, m, parent, "RUN:echo lost")
+			task := asyncagentstest.Launch(t, m, parent, "RUN:echo lost")
 			want := 2 // the lost post, then the check that found it or the post again
 			if tc.policy == asyncagents.NotifyPerWave && tc.fault.Status == http.StatusNoContent {
 				want = 1 // found missing later: asked again without a failed attempt
@@ -400,22 +400,21 @@ func countTurnPrompts(t *testing.T, c opencode.Client, parent string) int {
 // delivered promptly, and A's retries go on; A gets its own once it is back. The Manager's
 // clock is fake, so A's retries come when the test advances it; B's delivery needs no
 // advance at all.
-func TestFaultHeadOfLineN(t *testing.T) {
+func TestFaultUnreachableParentDelaysNoOther(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	clock := fakeclock.New(time.Now())
-	m := newManager(t, c, asyncagents.WithClock(clock))
-	a, b := fakeParent(t, c), fakeParent(t, c)
-	ta := launch(t, m, a, "RUN:echo a")
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithClock(clock))
+	a, b := asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c)
+	ta := asyncagentstest.Launch(t, m, a, "RUN:echo a")
 	restore := parentDown(proxy, a.SessionID, opencodetest.Fault{Reset: true})
 	defer restore()
 	waitFor(t, 30*time.Second, func() bool { return note(m, ta.ID).Attempts >= 1 })
 
 	start := time.Now()
-	tb := launch(t, m, b, "RUN:echo b")
-	waitFor(t, 30*time.Second, func() bool {
-		tk, _ := m.Get(tb.ID)
+	tb := asyncagentstest.Launch(t, m, b, "RUN:echo b")
+	asyncagentstest.AwaitTask(t, m, tb.ID, func(tk asyncagents.Task) bool {
 		return tk.Status.Terminal()
 	})
 	ended := time.Now()
@@ -443,18 +442,18 @@ func TestFaultHeadOfLineN(t *testing.T) {
 // a stuck server or a half-open connection does — do not hold up another parent's
 // notification: each attempt is bounded by the request timeout and more parents than that
 // are served at once. Spec §4: "one unreachable parent never delays another".
-func TestFaultHungParentsHeadOfLineN(t *testing.T) {
+func TestFaultHungParentsDelayNoOther(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithRequestTimeout(2*time.Second))
 	const hung = 8
 	var held []*opencodetest.Injection
 	var stuck []string
 	for range hung {
-		p := fakeParent(t, c)
-		stuck = append(stuck, launch(t, m, p, "RUN:echo stuck").ID)
+		p := asyncagentstest.NewParent(t, c)
+		stuck = append(stuck, asyncagentstest.Launch(t, m, p, "RUN:echo stuck").ID)
 		held = append(held, proxy.Inject(opencodetest.Fault{Pattern: "/session/" + p.SessionID + "/{rest...}", Delay: time.Hour}))
 	}
 	waitFor(t, 30*time.Second, func() bool {
@@ -465,9 +464,9 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 		}
 		return true
 	})
-	b := fakeParent(t, c)
-	tb := launch(t, m, b, "RUN:echo b")
-	await(t, m, b, tb.ID)
+	b := asyncagentstest.NewParent(t, c)
+	tb := asyncagentstest.Launch(t, m, b, "RUN:echo b")
+	asyncagentstest.Await(t, m, b, tb.ID)
 	if !testmain.Eventually(5*time.Second, func() bool { return delivered(m, tb.ID) }) {
 		tk, _ := m.Get(tb.ID)
 		t.Errorf("B's notification not delivered 5 s after its task ended (%s) while %d parents hang: %+v", tk.Status, hung, note(m, tb.ID))
@@ -476,7 +475,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 		h.Remove()
 	}
 	for _, id := range stuck {
-		waitFor(t, 30*time.Second, func() bool { return delivered(m, id) })
+		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
 	}
 }
 
@@ -484,7 +483,7 @@ func TestFaultHungParentsHeadOfLineN(t *testing.T) {
 // go on on the server); one finishes while no Manager runs. A new Manager on the same file
 // (once the first store is closed: the file is locked until then) finishes every task and
 // tells each parent once per task.
-func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
+func TestFaultHostRestartOnFileStore(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -494,18 +493,18 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1 := newManager(t, c, asyncagents.WithStore(store1), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	p1, p2 := fakeParent(t, c), fakeParent(t, c)
-	early := launch(t, m1, p1, "SLEEP:1") // ends while no Manager runs
-	late := launch(t, m1, p1, "SLEEP:4")  // still running when the next Manager starts
-	other := launch(t, m1, p2, "SLEEP:2")
+	m1 := asyncagentstest.NewManager(t, c, asyncagents.WithStore(store1), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	p1, p2 := asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c)
+	early := asyncagentstest.Launch(t, m1, p1, "SLEEP:1") // ends while no Manager runs
+	late := asyncagentstest.Launch(t, m1, p1, "SLEEP:4")  // still running when the next Manager starts
+	other := asyncagentstest.Launch(t, m1, p2, "SLEEP:2")
 	if err := m1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m1.Get(early.ID); !errors.Is(err, asyncagents.ErrClosed) {
 		t.Errorf("Get after Close = %v", err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return busy(ctx, c, late.ID) }) // T-20: Close left it running
+	asyncagentstest.AwaitBusy(t, c, late.ID) // T-20: Close left it running
 	if _, err := asyncagents.NewFileStore(path); !errors.Is(err, asyncagents.ErrStoreLocked) {
 		t.Fatalf("second store while the first is open: %v, want ErrStoreLocked", err)
 	}
@@ -518,7 +517,7 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 	})
 
 	store2 := openFileStore(t, path)
-	m2 := newManager(t, c, asyncagents.WithStore(store2), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	m2 := asyncagentstest.NewManager(t, c, asyncagents.WithStore(store2), asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	for _, tk := range []asyncagents.Task{early, late, other} {
 		caller := asyncagents.Caller{SessionID: tk.ParentSessionID}
 		out, err := m2.Output(ctx, caller, tk.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
@@ -527,7 +526,9 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 			t.Fatalf("task %s after the host restart: %+v, %v", tk.ID, out.Task, err)
 		}
 	}
-	waitFor(t, 30*time.Second, func() bool { return delivered(m2, early.ID, late.ID, other.ID) })
+	for _, id := range []string{early.ID, late.ID, other.ID} {
+		asyncagentstest.AwaitTask(t, m2, id, asyncagentstest.Delivered)
+	}
 	settle(t, m2, c, "✓ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
 }
 
@@ -535,12 +536,12 @@ func TestFaultHostRestartOnFileStoreT19T20(t *testing.T) {
 // starts and again mid-run, session.status idle, idles of unknown sessions, a malformed
 // frame — and the event stream cut in the middle of the runs: every task completes with its
 // real result, once, and each parent is told once per task.
-func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
+func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	ctx := ctxT(t, 90*time.Second)
-	m := newManager(t, c, asyncagents.WithPollInterval(time.Second), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(time.Second), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	waitFor(t, 10*time.Second, func() bool { return proxy.EventStreams() == 1 })
 	idle := func(tk asyncagents.Task) {
 		props := json.RawMessage(fmt.Sprintf(`{"sessionID":%q}`, tk.ID))
@@ -548,13 +549,13 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 		proxy.SendEvent(tk.Directory, opencode.Event{Type: opencode.EventSessionStatus,
 			Properties: json.RawMessage(fmt.Sprintf(`{"sessionID":%q,"status":{"type":"idle"}}`, tk.ID))})
 	}
-	p1, p2 := fakeParent(t, c), fakeParent(t, c)
+	p1, p2 := asyncagentstest.NewParent(t, c), asyncagentstest.NewParent(t, c)
 	var tasks []asyncagents.Task
 	for _, l := range []struct {
 		p      asyncagents.Caller
 		prompt string
 	}{{p1, "SLEEP:2"}, {p1, "RUN:echo one ||| echo two"}, {p2, "SLEEP:2.5"}} {
-		tk := launch(t, m, l.p, l.prompt)
+		tk := asyncagentstest.Launch(t, m, l.p, l.prompt)
 		idle(tk) // before the reply has started
 		tasks = append(tasks, tk)
 	}
@@ -576,7 +577,9 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 		}
 		idle(tk) // late duplicates
 	}
-	waitFor(t, 30*time.Second, func() bool { return delivered(m, tasks[0].ID, tasks[1].ID, tasks[2].ID) })
+	for _, id := range []string{tasks[0].ID, tasks[1].ID, tasks[2].ID} {
+		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
+	}
 	for _, tk := range tasks {
 		if got, _ := m.Get(tk.ID); len(got.Notifications) != 1 || got.Status != asyncagents.StatusCompleted {
 			t.Errorf("task %s: %s with notifications %+v", tk.ID, got.Status, got.Notifications)
@@ -589,19 +592,19 @@ func TestFaultEventStreamCutAndInjectedIdleT6(t *testing.T) {
 // runs, and comes back on the same port and data. Nothing was written for the cut runs (no
 // finish, no error, no completion time), yet each task ends in error ("interrupted") soon
 // after the server is back, with one notification.
-func TestFaultServerKilledT23(t *testing.T) {
+func TestFaultServerKilledInterruptsRuns(t *testing.T) {
 	t.Parallel()
 	srv := opencodetest.Start(t)
 	c := srv.Client()
 	ctx := ctxT(t, 120*time.Second)
-	m := newManager(t, c) // the defaults, as asyncagents serve runs
+	m := asyncagentstest.NewManager(t, c, fastPoll) // the defaults, as asyncagents serve runs
 	// Right after its restart OpenCode may acknowledge a notification and never store it: it
 	// is posted again once that is seen, a minute later by default.
 	asyncagents.SetLossGrace(m, 3*time.Second)
-	p := fakeParent(t, c)
+	p := asyncagentstest.NewParent(t, c)
 	tasks := []asyncagents.Task{
-		launch(t, m, p, "SLEEP:30"),     // the model is streaming
-		launch(t, m, p, "RUN:sleep 30"), // a tool is running
+		asyncagentstest.Launch(t, m, p, "SLEEP:30"),     // the model is streaming
+		asyncagentstest.Launch(t, m, p, "RUN:sleep 30"), // a tool is running
 	}
 	waitMidRun(t, ctx, c, tasks)
 	oldURL := srv.URL
@@ -641,8 +644,10 @@ func TestFaultServerKilledT23(t *testing.T) {
 			t.Errorf("task %s error = %q, want interrupted", tk.ID, got.Error)
 		}
 	}
-	waitFor(t, 30*time.Second, func() bool { return delivered(m, tasks[0].ID, tasks[1].ID) })
-	waitNotifications(t, srv.Client(), p.SessionID, 2)
+	for _, id := range []string{tasks[0].ID, tasks[1].ID} {
+		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
+	}
+	asyncagentstest.AwaitNotifications(t, srv.Client(), p.SessionID, 2)
 	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p.SessionID: 2})
 }
 
@@ -673,7 +678,7 @@ func prompts(t *testing.T, c opencode.Client, id, text string) []int {
 // server, or the server answers and drops it. Launches, forked launches, queued starts and
 // follow-ups alike: the run goes on as the server runs it and ends completed, with one
 // notification, and the server got the prompt once (one message, one text part).
-func TestFaultLostPromptT4(t *testing.T) {
+func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	type scenario struct {
@@ -698,10 +703,10 @@ func TestFaultLostPromptT4(t *testing.T) {
 			t.Parallel()
 			proxy, c := proxied(t, srv)
 			ctx := ctxT(t, 90*time.Second)
-			m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithFollowUpQueue(1),
+			m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithFollowUpQueue(1),
 				asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
 			asyncagents.SetLossGrace(m, 5*time.Second) // a minute by default
-			parent := fakeParent(t, c)
+			parent := asyncagentstest.NewParent(t, c)
 			in := asyncagents.LaunchInput{Caller: parent, Description: "lost", Agent: "general", Prompt: "RUN:echo first"}
 			if sc.fork {
 				ps, _ := parentWithWork(t, c)
@@ -715,7 +720,7 @@ func TestFaultLostPromptT4(t *testing.T) {
 				if err != nil || inj.Hits() != 1 {
 					t.Fatalf("forked launch with its context's answer lost = %+v, %v (%d hits)", task, err, inj.Hits())
 				}
-				if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted {
+				if got := asyncagentstest.Await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted {
 					t.Fatalf("task = %s %q", got.Status, got.Error)
 				}
 				msgs, err := c.Messages(ctx, task.ID, 0)
@@ -727,20 +732,20 @@ func TestFaultLostPromptT4(t *testing.T) {
 			}
 			// A blocker holds the one slot, so that the task under test is queued and its
 			// session known before its prompt is sent.
-			blocker := launch(t, m, parent, "SLEEP:1")
+			blocker := asyncagentstest.Launch(t, m, parent, "SLEEP:1")
 			task, err := m.Launch(ctx, in)
 			if err != nil || task.Status != asyncagents.StatusQueued {
 				t.Fatalf("second launch = %s, %v; want queued", task.Status, err)
 			}
 			start := proxy.Inject(sc.fault(task.ID)) // its queued start
-			if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "first") {
+			if got := asyncagentstest.Await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "first") {
 				t.Fatalf("queued start with a fault (%d hits): %s %q %q", start.Hits(), got.Status, got.Error, got.Result)
 			}
 			follow := proxy.Inject(sc.fault(task.ID)) // a follow-up
 			if _, err := m.Resume(ctx, parent, task.ID, "RUN:echo second"); err != nil {
 				t.Fatal(err)
 			}
-			if got := await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second") {
+			if got := asyncagentstest.Await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second") {
 				t.Fatalf("follow-up with a fault (%d hits): %s %q %q", follow.Hits(), got.Status, got.Error, got.Result)
 			}
 			if start.Hits() != 1 || follow.Hits() != 1 {
@@ -751,7 +756,9 @@ func TestFaultLostPromptT4(t *testing.T) {
 					t.Errorf("prompt %q reached the server as %v (messages × text parts), want once", p, got)
 				}
 			}
-			waitFor(t, 30*time.Second, func() bool { return delivered(m, blocker.ID, task.ID) })
+			for _, id := range []string{blocker.ID, task.ID} {
+				asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
+			}
 			// The blocker, the task and its resume.
 			settle(t, m, srv.Client(), "✓ **", map[string]int{parent.SessionID: 3})
 		})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -24,19 +25,11 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func newManager(t *testing.T, c opencode.Client, opts ...asyncagents.Option) *asyncagents.Manager {
-	t.Helper()
-	m, err := asyncagents.New(c, append([]asyncagents.Option{asyncagents.WithPollInterval(500 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return m
-}
+// fastPoll is the status poll of the suite's Managers that need none of their own: half a
+// second rather than the default 2 s, so that a run whose end the events did not carry (the
+// real server's event stream is live some tens of milliseconds after it answers, and a test
+// may drop events) is read soon after it ends.
+var fastPoll = asyncagents.WithPollInterval(500 * time.Millisecond)
 
 // parentWithWork creates a parent session that ran a bash command printing a random secret.
 func parentWithWork(t *testing.T, c *opencode.HTTPClient) (*opencode.Session, string) {
@@ -72,7 +65,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	parent, secret := parentWithWork(t, c)
-	m := newManager(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll)
 	ctx := ctxT(t, 90*time.Second)
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	// Markers unique to this run: the shared model's log keeps the requests of earlier runs.
@@ -174,21 +167,15 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	}
 
 	// N-1/N-5/N-8: the parent receives one notification per run.
-	waitFor(t, 30*time.Second, func() bool {
-		msgs, err := c.Messages(ctx, parent.ID, 0)
-		if err != nil {
-			return false
+	got := asyncagentstest.AwaitNotifications(t, c, parent.ID, 3)
+	for _, n := range got {
+		if !strings.HasPrefix(n, "✓ **Agent ") && !strings.HasPrefix(n, "✓ **Resume #1 completed") {
+			t.Errorf("notification %q, want a run completed", n)
 		}
-		var n int
-		for _, msg := range msgs {
-			for _, p := range msg.Parts {
-				if p.Type == opencode.PartText && (strings.HasPrefix(p.Text, "✓ **Agent ") || strings.HasPrefix(p.Text, "✓ **Resume #1 completed")) {
-					n++
-				}
-			}
-		}
-		return n == 3
-	})
+	}
+	if len(got) != 3 {
+		t.Errorf("%d notifications, want 3: %q", len(got), got)
+	}
 }
 
 // ownServer starts a server for a test that aborts or deletes busy sessions: after that,
@@ -227,9 +214,8 @@ func TestRealServerLaunchValidation(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "validation parent")
-	m := newManager(t, c)
-	caller := asyncagents.Caller{SessionID: parent.ID}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll)
 	ok := asyncagents.LaunchInput{Caller: caller, Description: "d", Prompt: "p", Agent: "general"}
 	bad := func(mut func(*asyncagents.LaunchInput)) asyncagents.LaunchInput { in := ok; mut(&in); return in }
 	cases := []struct {
@@ -257,7 +243,7 @@ func TestRealServerLaunchValidation(t *testing.T) {
 			t.Errorf("unknown agent error does not name the known agents: %v", err)
 		}
 	}
-	children, err := c.Children(ctx, parent.ID)
+	children, err := c.Children(ctx, caller.SessionID)
 	if err != nil || len(children) != 0 {
 		t.Errorf("bad input created %d sessions (%v)", len(children), err)
 	}
@@ -271,9 +257,8 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
-	parent := newSession(t, c, "cancel parent")
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 
 	// First the model error: right after an abort, OpenCode 1.18.33 may fail the next
 	// prompts ("All fibers interrupted" in SessionPrompt.getModel) for a moment.
@@ -333,7 +318,7 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	}
 	prompt("RUN:echo AFTER_BOUNDARY_5678")
 
-	m := newManager(t, c, asyncagents.WithNotifications(false))
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifications(false))
 	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	mark := fmt.Sprint("post-boundary task ", time.Now().UnixNano())
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "after compaction", Agent: "general", Fork: true,
@@ -369,9 +354,8 @@ func TestRealServerCompletionByPollingOnly(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "poll parent")
-	m := newManager(t, noEvents{c}, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifications(false))
-	caller := asyncagents.Caller{SessionID: parent.ID}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, noEvents{c}, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifications(false))
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "polled", Agent: "general", Prompt: "RUN:echo polled-ok"})
 	if err != nil {
 		t.Fatal(err)
@@ -387,9 +371,8 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "deleted parent")
-	m := newManager(t, c, asyncagents.WithNotifications(false))
-	caller := asyncagents.Caller{SessionID: parent.ID}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifications(false))
 	launch := func(prompt string) asyncagents.Task {
 		t.Helper()
 		task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: prompt, Agent: "general", Prompt: prompt})
@@ -400,14 +383,13 @@ func TestRealServerSessionDeleted(t *testing.T) {
 	}
 
 	own := launch("SLEEP:30")
-	waitFor(t, 15*time.Second, func() bool { return busy(ctx, c, own.ID) })
+	asyncagentstest.AwaitBusy(t, c, own.ID)
 	if err := c.DeleteSession(ctx, own.ID); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.Abort(ctx, own.ID) // OpenCode does not stop a deleted busy session by itself
-	waitFor(t, 15*time.Second, func() bool {
-		tk, err := m.Get(own.ID)
-		return err == nil && tk.Status == asyncagents.StatusCancelled && tk.Error == "session deleted"
+	asyncagentstest.AwaitTask(t, m, own.ID, func(tk asyncagents.Task) bool {
+		return tk.Status == asyncagents.StatusCancelled && tk.Error == "session deleted"
 	})
 
 	done := launch("RUN:echo fine")
@@ -415,7 +397,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := launch("SLEEP:30")
-	if err := c.DeleteSession(ctx, parent.ID); err != nil {
+	if err := c.DeleteSession(ctx, caller.SessionID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, func() bool {
@@ -435,19 +417,14 @@ func TestRealServerPermissionAsked(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "permission parent")
-	m := newManager(t, c, asyncagents.WithNotifications(false))
-	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"} // a task may run the caller's own primary agent
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifications(false))
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "outside", Agent: "build",
 		Prompt: "RUN:cat /no/such/file.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got asyncagents.Task
-	waitFor(t, 20*time.Second, func() bool {
-		got, _ = m.Get(task.ID)
-		return got.Permission != nil
-	})
+	got := asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool { return tk.Permission != nil })
 	if got.Status != asyncagents.StatusRunning || got.Permission.Permission != "external_directory" || len(got.Permission.Patterns) == 0 {
 		t.Fatalf("task = %+v, permission %+v", got, got.Permission)
 	}
@@ -459,13 +436,13 @@ func TestRealServerPermissionAsked(t *testing.T) {
 
 // T-17 on the real server: a depth-1 task of WithNestingDepth(2) has no rule against the
 // tools; the task it launches gets the deny rule, and cannot launch further.
-func TestRealServerNestingDepthT17(t *testing.T) {
+func TestRealServerNestingDepth(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "nesting parent")
-	m := newManager(t, c, asyncagents.WithNestingDepth(2), asyncagents.WithNotifications(false))
-	in := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: parent.ID}, Description: "top", Agent: "general", Prompt: "RUN:echo top"}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNestingDepth(2), asyncagents.WithNotifications(false))
+	in := asyncagents.LaunchInput{Caller: caller, Description: "top", Agent: "general", Prompt: "RUN:echo top"}
 	top, err := m.Launch(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -497,13 +474,12 @@ func TestRealServerNestingDepthT17(t *testing.T) {
 }
 
 // T-18 on the real server: a follow-up queued while the task runs is sent when it ends.
-func TestRealServerFollowUpQueueT18(t *testing.T) {
+func TestRealServerFollowUpQueue(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
-	parent := newSession(t, c, "follow-up parent")
-	m := newManager(t, c, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := asyncagents.Caller{SessionID: parent.ID}
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:2"})
 	if err != nil {
 		t.Fatal(err)
@@ -512,8 +488,7 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 	if err != nil || len(queued.FollowUps) != 1 {
 		t.Fatalf("queue = %+v, %v", queued, err)
 	}
-	waitFor(t, 30*time.Second, func() bool {
-		tk, _ := m.Get(task.ID)
+	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		return tk.ResumeCount == 1 && tk.Status == asyncagents.StatusCompleted
 	})
 	tk, _ := m.Get(task.ID)
@@ -525,14 +500,13 @@ func TestRealServerFollowUpQueueT18(t *testing.T) {
 // T-22 on the real server: a run past its deadline is aborted and ends in error; with a stale
 // timeout shorter than the run, a tool that keeps streaming output is not stale, a tool that
 // says nothing for longer is.
-func TestRealServerWatchdogsT22(t *testing.T) {
+func TestRealServerWatchdogs(t *testing.T) {
 	srv := ownServer(t) // aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
-	parent := newSession(t, c, "watchdog parent")
-	m := newManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
+	caller := asyncagentstest.NewParent(t, c)
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithStaleTimeout(8*time.Second)) // the streaming tool's 0.5 s gaps grow on a loaded machine
-	caller := asyncagents.Caller{SessionID: parent.ID}
 	streaming, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "streams", Agent: "general",
 		Prompt: "RUN:for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.5; done"})
 	if err != nil {
@@ -548,13 +522,13 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{late.ID: "deadline of 2s", silent.ID: "stale: no activity"} {
-		got := await(t, m, caller, id)
+		got := asyncagentstest.Await(t, m, caller, id)
 		if got.Status != asyncagents.StatusError || !strings.Contains(got.Error, want) {
 			t.Errorf("%s: %s %q, want error containing %q", id, got.Status, got.Error, want)
 		}
 		waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, id) })
 	}
-	if got := await(t, m, caller, streaming.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "tick 12") {
+	if got := asyncagentstest.Await(t, m, caller, streaming.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "tick 12") {
 		t.Errorf("streaming tool: %s %q %q", got.Status, got.Error, got.Result)
 	}
 }
@@ -563,14 +537,14 @@ func TestRealServerWatchdogsT22(t *testing.T) {
 // from a parent session of each project, plain and forked, run in that project: their
 // sessions belong to its instance, their model is told its directory, their bash runs there,
 // and they complete, are notified and resume as any task, with a client scoped to the first.
-func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
+func TestRealServerTasksRunInTheirProject(t *testing.T) {
 	srv := shared.Get(t)
 	other, err := srv.NewProject(fmt.Sprintf("other-%d", time.Now().UnixNano()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := srv.Client() // scoped to srv.Directory, as a host's client or `asyncagents serve` is
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ctx := ctxT(t, 90*time.Second)
 	for _, dir := range []string{srv.Directory, other} {
 		parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Directory: dir, Title: "parent in " + filepath.Base(dir)})
@@ -599,7 +573,7 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 			if sess, err := c.GetSession(ctx, task.ID); err != nil || sess.Directory != dir || sess.ParentID != wantParent {
 				t.Errorf("child session = %+v, %v; want directory %s, parent %q", sess, err, dir, wantParent)
 			}
-			if got := await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
+			if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 				t.Fatalf("task in %s (fork %q): %s %q", dir, mode, got.Status, got.Error)
 			}
 			req := firstRequest(t, srv.Model, mark)
@@ -630,9 +604,11 @@ func TestRealServerTasksRunInTheirProjectT4a(t *testing.T) {
 		if _, err := m.Resume(ctx, caller, tasks[0].ID, "RUN:pwd"); err != nil {
 			t.Fatal(err)
 		}
-		if got := await(t, m, caller, tasks[0].ID); got.Status != asyncagents.StatusCompleted || got.Directory != dir {
+		if got := asyncagentstest.Await(t, m, caller, tasks[0].ID); got.Status != asyncagents.StatusCompleted || got.Directory != dir {
 			t.Errorf("resumed task: %s %q in %q", got.Status, got.Error, got.Directory)
 		}
-		waitFor(t, 30*time.Second, func() bool { return len(notifications(t, c, parent.ID)) == 4 })
+		if got := asyncagentstest.AwaitNotifications(t, c, parent.ID, 4); len(got) != 4 {
+			t.Errorf("parent notifications = %q, want 4", got)
+		}
 	}
 }

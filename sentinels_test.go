@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
@@ -26,29 +27,26 @@ type state struct {
 // (in the Manager and in the store) and created nothing on the server. One case per sentinel
 // path of the error table; each compares the state before and after.
 func TestSentinelErrorsChangeNothing(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &countingClient{Client: f}
 	store := &asyncagents.MemoryStore{}
-	gone := fakeParent(t, f)
+	gone := asyncagentstest.NewParent(t, f)
 	// A task whose session the server no longer has (deleted, or expired).
 	expired := asyncagents.Task{ID: "ses_expiredexpiredexpired", ParentSessionID: gone.SessionID, BatchID: "ses_expiredexpiredexpired",
 		Description: "expired", Prompt: "p", Agent: "general", Status: asyncagents.StatusCompleted, Started: time.Now(), Completed: time.Now()}
 	if err := store.Save(context.Background(), expired); err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, asyncagents.WithStore(store), asyncagents.WithMaxActivePerParent(3), asyncagents.WithNestingDepth(1))
-	caller := fakeParent(t, f)
-	running := launch(t, m, caller, "held")
-	launch(t, m, caller, "held too")
-	done := launch(t, m, caller, "ends")
-	_ = f.Release(done.ID, opencodetest.Text("done"))
-	await(t, m, caller, done.ID)
-	fresh := launch(t, m, gone, "ended, never read") // completed, its result not retrieved yet
-	_ = f.Release(fresh.ID, opencodetest.Text("unread"))
-	waitFor(t, 10*time.Second, func() bool {
-		got, _ := m.Get(fresh.ID)
-		return got.Status == asyncagents.StatusCompleted
-	})
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store), asyncagents.WithMaxActivePerParent(3), asyncagents.WithNestingDepth(1))
+	caller := asyncagentstest.NewParent(t, f)
+	running := asyncagentstest.Launch(t, m, caller, "held")
+	asyncagentstest.Launch(t, m, caller, "held too")
+	done := asyncagentstest.Launch(t, m, caller, "ends")
+	asyncagentstest.Release(t, f, done.ID, opencodetest.Text("done"))
+	asyncagentstest.Await(t, m, caller, done.ID)
+	fresh := asyncagentstest.Launch(t, m, gone, "ended, never read") // completed, its result not retrieved yet
+	asyncagentstest.Release(t, f, fresh.ID, opencodetest.Text("unread"))
+	asyncagentstest.AwaitTask(t, m, fresh.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusCompleted })
 	ctx := context.Background()
 	snapshot := func() state {
 		tasks, err := m.ListAll("")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -15,13 +16,13 @@ import (
 // order, removals, a slow reader dropped without blocking the Manager.
 
 func TestSubscribeDeliversChangesInOrder(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll)
 	if !testmain.Eventually(10*time.Second, func() bool { return f.Streams() == 1 }) {
 		t.Fatal("the Manager did not subscribe to the fake's events")
 	}
-	caller := fakeParent(t, f)
-	before := launch(t, m, caller, "before")
+	caller := asyncagentstest.NewParent(t, f)
+	before := asyncagentstest.Launch(t, m, caller, "before")
 
 	sub, tasks, err := m.Subscribe(0)
 	if err != nil {
@@ -31,11 +32,9 @@ func TestSubscribeDeliversChangesInOrder(t *testing.T) {
 	if len(tasks) != 1 || tasks[0].ID != before.ID {
 		t.Fatalf("Subscribe: tasks = %+v, want the task launched before", tasks)
 	}
-	task := launch(t, m, caller, "watched")
-	if err := f.Release(task.ID, opencodetest.Bash("echo hi"), opencodetest.Text("done")); err != nil {
-		t.Fatal(err)
-	}
-	await(t, m, caller, task.ID)
+	task := asyncagentstest.Launch(t, m, caller, "watched")
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Bash("echo hi"), opencodetest.Text("done"))
+	asyncagentstest.Await(t, m, caller, task.ID)
 
 	var (
 		last     uint64
@@ -104,16 +103,16 @@ func equalStatuses(a, b []asyncagents.Status) bool {
 
 // A reader that does not read is dropped with ErrLagged; the Manager goes on.
 func TestSubscribeSlowReaderIsDropped(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f)
-	caller := fakeParent(t, f)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
 	sub, _, err := m.Subscribe(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var launched []string
 	for range 3 {
-		launched = append(launched, launch(t, m, caller, "x").ID)
+		launched = append(launched, asyncagentstest.Launch(t, m, caller, "x").ID)
 	}
 	n := 0
 	for range sub.Changes() {
@@ -130,8 +129,8 @@ func TestSubscribeSlowReaderIsDropped(t *testing.T) {
 
 // R: bad input and a closed Manager give typed errors.
 func TestSubscribeErrors(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f)
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, fastPoll)
 	for _, n := range []int{-1, asyncagents.MaxSubscriptionBuffer + 1} {
 		if _, _, err := m.Subscribe(n); !errors.Is(err, asyncagents.ErrInvalidInput) {
 			t.Errorf("Subscribe(%d) = %v, want ErrInvalidInput", n, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -39,12 +40,7 @@ func offlineManager(t *testing.T, opts ...asyncagents.Option) *asyncagents.Manag
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := asyncagents.New(c, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
-	return m
+	return asyncagentstest.NewManager(t, c, opts...)
 }
 
 func TestToolSchemasAndNames(t *testing.T) {
@@ -237,17 +233,12 @@ func TestRealServerTools(t *testing.T) {
 	c := srv.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	parent := newSession(t, c, "tools parent")
-	if _, err := c.Prompt(ctx, parent.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo tool-ctx-42")}}); err != nil {
+	caller := asyncagentstest.NewParent(t, c)
+	if _, err := c.Prompt(ctx, caller.SessionID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo tool-ctx-42")}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := asyncagents.New(c, asyncagents.WithPollInterval(500*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ts := tools(m)
-	caller := asyncagents.Caller{SessionID: parent.ID, Agent: "build"}
 	call := func(name, args string) string {
 		t.Helper()
 		out, err := ts[name].Handler(ctx, caller, json.RawMessage(args))
@@ -292,9 +283,9 @@ func TestRealServerTools(t *testing.T) {
 // S-5, T-22: the task tool's description states the host's limits, and a deadline longer
 // than the host's is refused with the limit named; a launch over the per-parent cap is an
 // error the model can act on.
-func TestTaskToolLimitsS5(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
-	m := newManager(t, f, asyncagents.WithDeadline(30*time.Minute), asyncagents.WithStaleTimeout(5*time.Minute),
+func TestTaskToolStatesTheLimits(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithDeadline(30*time.Minute), asyncagents.WithStaleTimeout(5*time.Minute),
 		asyncagents.WithMaxActivePerParent(2), asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}))
 	task := tools(m)["asyncagents_task"]
 	for _, want := range []string{"at most 2 of this session's tasks can be active at once", "beyond 1 running at once, new tasks wait queued",
@@ -306,7 +297,7 @@ func TestTaskToolLimitsS5(t *testing.T) {
 	if d := tools(offlineManager(t))["asyncagents_task"].Description; strings.Contains(d, "Limits") {
 		t.Errorf("without limits the description names some: %s", d)
 	}
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	if _, err := task.Handler(context.Background(), caller, json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":3600}`)); !errors.Is(err, asyncagents.ErrInvalidInput) ||
 		!strings.Contains(err.Error(), "at most 1800 seconds, this host's limit") {
 		t.Errorf("deadline over the host's = %v", err)
@@ -323,16 +314,10 @@ func TestTaskToolLimitsS5(t *testing.T) {
 }
 
 // T-22 through the task tool: deadline is in seconds.
-func TestTaskToolDeadlineT22(t *testing.T) {
-	f := opencodetest.NewFakeClient(opencodetest.WithHeldRuns())
-	defer f.Close()
-	m, err := asyncagents.New(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
-	parent, _ := f.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "p"})
-	caller := asyncagents.Caller{SessionID: parent.ID}
+func TestTaskToolDeadlineInSeconds(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	reply, err := tools(m)["asyncagents_task"].Handler(context.Background(), caller,
 		json.RawMessage(`{"description":"d","prompt":"p","agent":"general","deadline":90}`))
 	if err != nil {

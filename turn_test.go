@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -78,8 +79,8 @@ func launchHeld(t *testing.T, m *asyncagents.Manager, f *opencodetest.FakeClient
 	t.Helper()
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = launch(t, m, caller, "held").ID
-		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+		ids[i] = asyncagentstest.Launch(t, m, caller, "held").ID
+		asyncagentstest.AwaitBusy(t, f, ids[i])
 	}
 	return ids
 }
@@ -87,9 +88,7 @@ func launchHeld(t *testing.T, m *asyncagents.Manager, f *opencodetest.FakeClient
 func release(t *testing.T, f *opencodetest.FakeClient, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		if err := f.Release(id, opencodetest.Text("done "+id)); err != nil {
-			t.Fatal(err)
-		}
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
 	}
 }
 
@@ -116,17 +115,27 @@ func allTurns(m *asyncagents.Manager, ids []string, want asyncagents.TurnState) 
 	return true
 }
 
+// awaitTurns waits until the first notification of each task of ids is in turn state want.
+func awaitTurns(t *testing.T, m *asyncagents.Manager, ids []string, want asyncagents.TurnState) {
+	t.Helper()
+	for _, id := range ids {
+		asyncagentstest.AwaitTask(t, m, id, func(tk asyncagents.Task) bool {
+			return len(tk.Notifications) > 0 && tk.Notifications[0].Turn == want
+		})
+	}
+}
+
 // N: runs of one parent that end together cost the parent one turn: each notification is
 // posted without reply at once, then one prompt names them all; the notifications share its
 // id (TurnID).
-func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveRunsEndingTogetherOneTurn(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c)
 	ids := launchHeld(t, m, f, caller, 3)
 	release(t, f, ids...)
-	awaitNotified(t, m, 10*time.Second, ids)
-	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
+	awaitNotified(t, m, ids)
+	awaitTurns(t, m, ids, asyncagents.TurnAsked)
 	turns := c.turnsOf(caller.SessionID)
 	if len(turns) != 1 {
 		t.Fatalf("parent prompts = %q, want one turn", turns)
@@ -134,7 +143,7 @@ func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
 	if !strings.Contains(turns[0], "3 of your background tasks reported") || !strings.Contains(turns[0], "No background task is running.") {
 		t.Errorf("turn prompt = %q", turns[0])
 	}
-	if got := notifications(t, f, caller.SessionID); len(got) != 3 {
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 3 {
 		t.Errorf("parent has %d notifications, want 3: %q", len(got), got)
 	}
 	var turnIDs []string
@@ -154,16 +163,16 @@ func TestWaveRunsEndingTogetherOneTurnN(t *testing.T) {
 // N: while the parent has tasks running, its turn waits for the wave window after the
 // newest run end; a run that ends alone gets its turn after the window, and the last run of
 // the batch gets one at once.
-func TestWaveWindowN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveTurnWaitsForTheWindow(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	const window = time.Second
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(window))
 	ids := launchHeld(t, m, f, caller, 3)
 	release(t, f, ids[0])
-	awaitNotified(t, m, 10*time.Second, ids[:1])
+	awaitNotified(t, m, ids[:1])
 	release(t, f, ids[1]) // within the window of the first
-	awaitNotified(t, m, 10*time.Second, ids[1:2])
+	awaitNotified(t, m, ids[1:2])
 	delivered := time.Now()
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
 	if d := time.Since(delivered); d < window/2 {
@@ -176,9 +185,9 @@ func TestWaveWindowN(t *testing.T) {
 	// The parent's turn runs (the fake holds every run) and ends before the last run does:
 	// the last notification is then the parent's newest message, and asks for a turn.
 	release(t, f, caller.SessionID)
-	waitFor(t, 10*time.Second, func() bool { return !fakeBusy(f, caller.SessionID) })
+	waitFor(t, 10*time.Second, func() bool { return !busy(context.Background(), f, caller.SessionID) })
 	release(t, f, ids[2])
-	awaitNotified(t, m, 10*time.Second, ids[2:])
+	awaitNotified(t, m, ids[2:])
 	start := time.Now()
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 2 })
 	if d := time.Since(start); d > window/2 {
@@ -191,24 +200,24 @@ func TestWaveWindowN(t *testing.T) {
 
 // N: a parent that wrote a message after the notifications (its loop was running, or a
 // prompt came) saw them in that turn: no turn prompt is posted and they are marked seen.
-func TestWaveSeenByTheParentsOwnTurnN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
 	ids := launchHeld(t, m, f, caller, 2)
 	release(t, f, ids[0])
-	awaitNotified(t, m, 10*time.Second, ids[:1])
+	awaitNotified(t, m, ids[:1])
 	// The user writes to the parent: its turn has the notification in its context.
 	if err := f.PromptAsync(context.Background(), caller.SessionID, opencode.PromptRequest{
 		Parts: []opencode.TextPartInput{opencode.NewText("what next?")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[:1], asyncagents.TurnSeen) })
+	awaitTurns(t, m, ids[:1], asyncagents.TurnSeen)
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 0 {
 		t.Errorf("turn prompts = %q, want none", turns)
 	}
 	release(t, f, caller.SessionID, ids[1])
-	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[1:], asyncagents.TurnAsked) })
+	awaitTurns(t, m, ids[1:], asyncagents.TurnAsked)
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 1 || !strings.Contains(turns[0], "1 of your") {
 		t.Errorf("turn prompts = %q, want one for the second task", turns)
 	}
@@ -216,13 +225,13 @@ func TestWaveSeenByTheParentsOwnTurnN(t *testing.T) {
 
 // N, R: a turn prompt whose answer was lost after the server stored it is found by its id
 // before the retry and not posted again.
-func TestWaveTurnAnswerLostIsNotDuplicatedN(t *testing.T) {
-	f := fakeClient(t)
-	caller := fakeParent(t, f)
+func TestWaveTurnAnswerLostIsNotDuplicated(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	caller := asyncagentstest.NewParent(t, f)
 	c := &promptsClient{Client: f, lose: 1, loseIn: caller.SessionID}
-	m := newManager(t, c)
-	task := launch(t, m, caller, "RUN:echo once")
-	waitFor(t, 20*time.Second, func() bool { return allTurns(m, []string{task.ID}, asyncagents.TurnAsked) })
+	m := asyncagentstest.NewManager(t, c, fastPoll)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo once")
+	awaitTurns(t, m, []string{task.ID}, asyncagents.TurnAsked)
 	tk, _ := m.Get(task.ID)
 	if n := tk.Notifications[0]; n.Attempts != 2 || n.TurnID == "" { // the notification, then the lost turn
 		t.Errorf("notification = %+v, want two attempts and a turn id", n)
@@ -234,9 +243,9 @@ func TestWaveTurnAnswerLostIsNotDuplicatedN(t *testing.T) {
 
 // N, T-19: a turn still owed when the Manager closes (the parent was unreachable) is asked
 // for, once, by the next Manager on the same store.
-func TestWaveTurnSurvivesCloseN(t *testing.T) {
-	f := fakeClient(t)
-	caller := fakeParent(t, f)
+func TestWaveTurnSurvivesClose(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	caller := asyncagentstest.NewParent(t, f)
 	c := &promptsClient{Client: f}
 	c.setFail(caller.SessionID, true)
 	store := &asyncagents.MemoryStore{}
@@ -244,18 +253,17 @@ func TestWaveTurnSurvivesCloseN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := launch(t, m1, caller, "RUN:echo later")
-	waitFor(t, 20*time.Second, func() bool {
-		tk, _ := m1.Get(task.ID)
+	task := asyncagentstest.Launch(t, m1, caller, "RUN:echo later")
+	asyncagentstest.AwaitTask(t, m1, task.ID, func(tk asyncagents.Task) bool {
 		return len(tk.Notifications) == 1 && tk.Notifications[0].Attempts >= 2 && tk.Notifications[0].Turn == asyncagents.TurnOwed
 	})
 	if err := m1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	c.setFail(caller.SessionID, false)
-	m2 := newManager(t, c, asyncagents.WithStore(store))
-	waitFor(t, 10*time.Second, func() bool { return allTurns(m2, []string{task.ID}, asyncagents.TurnAsked) })
-	if got := notifications(t, f, caller.SessionID); len(got) != 1 {
+	m2 := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store))
+	awaitTurns(t, m2, []string{task.ID}, asyncagents.TurnAsked)
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 1 {
 		t.Errorf("parent notifications = %q, want 1", got)
 	}
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 1 {
@@ -271,12 +279,12 @@ func TestNotifyPolicies(t *testing.T) {
 		prompts int
 	}{{asyncagents.NotifyPerRun, 2}, {asyncagents.NotifyNoReply, 0}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			f := fakeClient(t, opencodetest.WithHeldRuns())
+			f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 			c := &promptsClient{Client: f}
 			m, caller := streamManager(t, c, asyncagents.WithNotifyPolicy(tc.policy))
 			ids := launchHeld(t, m, f, caller, 2)
 			release(t, f, ids...)
-			awaitNotified(t, m, 10*time.Second, ids)
+			awaitNotified(t, m, ids)
 			time.Sleep(100 * time.Millisecond)
 			if n := len(c.turnsOf(caller.SessionID)); n != tc.prompts {
 				t.Errorf("%d prompts to the parent, want %d", n, tc.prompts)
@@ -290,7 +298,7 @@ func TestNotifyPolicies(t *testing.T) {
 
 // Bad policies and windows are refused by New.
 func TestNotifyPolicyOptionsValidated(t *testing.T) {
-	f := fakeClient(t)
+	f := asyncagentstest.NewFakeClient(t)
 	for _, o := range []asyncagents.Option{asyncagents.WithNotifyPolicy(7), asyncagents.WithWaveWindow(-time.Second),
 		asyncagents.WithWaveWindow(2 * asyncagents.MaxWaveWindow)} {
 		if _, err := asyncagents.New(f, o); !errors.Is(err, asyncagents.ErrInvalidInput) {
@@ -313,7 +321,7 @@ func TestNotifyPolicyOptionsValidated(t *testing.T) {
 // the turn prompt naming them; each is in the parent once. The first notification's post is
 // held until the three runs have ended, so the others are merged into one message (with the
 // first too, when it came due last): the model reads each entry of it.
-func TestRealServerWaveOneTurnN(t *testing.T) {
+func TestRealServerWaveOneTurn(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -338,16 +346,16 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitRunEndsRecorded(t, m, 60*time.Second, ids...)
+	waitRunEndsRecorded(t, m, ids...)
 	close(gated.gate)
-	awaitNotified(t, m, 60*time.Second, ids)
+	awaitNotified(t, m, ids)
 	gated.mu.Lock()
 	carried := slices.Clone(gated.carried)
 	gated.mu.Unlock()
 	if sumOf(carried) != n || slices.Max(carried) < n-1 {
 		t.Errorf("notifications per message posted: %v, want %d, at least %d in one", carried, n, n-1)
 	}
-	waitFor(t, 30*time.Second, func() bool { return allTurns(m, ids, asyncagents.TurnAsked) })
+	awaitTurns(t, m, ids, asyncagents.TurnAsked)
 	var turns []opencodetest.Request
 	waitFor(t, 30*time.Second, func() bool {
 		turns = turns[:0]
@@ -368,7 +376,7 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := notifications(t, c, caller.SessionID); len(got) != n {
+	if got := asyncagentstest.Notifications(t, c, caller.SessionID); len(got) != n {
 		t.Errorf("parent notifications = %d, want %d", len(got), n)
 	}
 	var users, assistants int
@@ -387,8 +395,8 @@ func TestRealServerWaveOneTurnN(t *testing.T) {
 
 // N: while runs of the parent keep ending within the wave window of each other, its turn
 // waits at most 5 windows after the first notification it covers.
-func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveTurnWaitsAtMostFiveWindows(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
 	const window = 200 * time.Millisecond
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(window))
@@ -410,16 +418,11 @@ func TestWaveTurnWaitsAtMostFiveWindowsN(t *testing.T) {
 }
 
 // waitRunEndsRecorded waits until m has recorded the notification of a run end of each task of ids.
-func waitRunEndsRecorded(t *testing.T, m *asyncagents.Manager, within time.Duration, ids ...string) {
+func waitRunEndsRecorded(t *testing.T, m *asyncagents.Manager, ids ...string) {
 	t.Helper()
-	waitFor(t, within, func() bool {
-		for _, id := range ids {
-			if task, err := m.Get(id); err != nil || len(task.Notifications) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	for _, id := range ids {
+		asyncagentstest.AwaitTask(t, m, id, func(tk asyncagents.Task) bool { return len(tk.Notifications) > 0 })
+	}
 }
 
 // concurrentPrompts records the most Prompt calls (posts without reply) in flight at once
@@ -450,10 +453,10 @@ func (c *concurrentPrompts) Prompt(ctx context.Context, id string, req opencode.
 	return c.Client.Prompt(ctx, id, req)
 }
 
-// N-3: the notifications of a burst under one parent, posted without reply, are merged: those
+// N: the notifications of a burst under one parent, posted without reply, are merged: those
 // due together share one message, at most 128 to a message and up to 8 messages at once, and
 // each run end is one entry in one message.
-func TestWaveNotificationsMergedN(t *testing.T) {
+func TestWaveNotificationsMerged(t *testing.T) {
 	const n = 300
 	carried, most := mergedBurst(t, n, "d")
 	if want := 1 + (n-1+127)/128; len(carried) > want || slices.Max(carried) > 128 {
@@ -470,7 +473,7 @@ func TestWaveNotificationsMergedN(t *testing.T) {
 // the messages posted, and returns the notifications each post carried and the most posts
 // in flight at once.
 func mergedBurst(t *testing.T, n int, description string) (carried []int, most int) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &concurrentPrompts{Client: f, gate: make(chan struct{})}
 	m, caller := streamManager(t, c)
 	ids := make([]string, n)
@@ -480,16 +483,16 @@ func mergedBurst(t *testing.T, n int, description string) (carried []int, most i
 			t.Fatal(err)
 		}
 		ids[i] = task.ID
-		waitFor(t, 10*time.Second, func() bool { return fakeBusy(f, ids[i]) })
+		asyncagentstest.AwaitBusy(t, f, ids[i])
 	}
 	release(t, f, ids...)
-	waitRunEndsRecorded(t, m, 20*time.Second, ids...)
+	waitRunEndsRecorded(t, m, ids...)
 	close(c.gate)
-	posted := awaitNotified(t, m, 20*time.Second, ids)
+	posted := awaitNotified(t, m, ids)
 	c.mu.Lock()
 	most, carried = c.most, slices.Clone(c.carried)
 	c.mu.Unlock()
-	if got := notifications(t, f, caller.SessionID); len(got) != n {
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != n {
 		t.Errorf("parent has %d notifications, want %d", len(got), n)
 	}
 	slices.Sort(posted)
@@ -526,8 +529,8 @@ func (c *swallowClient) PromptAsync(ctx context.Context, id string, req opencode
 // N, R: a turn prompt the server acknowledged and did not store is asked again while the
 // parent still has a task running: the parent's newest message is read anew, not taken to be
 // the prompt that is not there.
-func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveTurnNotStoredIsAskedAgain(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &swallowClient{Client: f, swallow: 1}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(50*time.Millisecond), asyncagents.WithPollInterval(50*time.Millisecond))
 	asyncagents.SetLossGrace(m, 300*time.Millisecond)
@@ -536,9 +539,9 @@ func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
 	c.mu.Unlock()
 	ids := launchHeld(t, m, f, caller, 2) // the second keeps running
 	release(t, f, ids[0])
-	awaitNotified(t, m, 10*time.Second, ids[:1])
+	awaitNotified(t, m, ids[:1])
 	waitFor(t, 10*time.Second, func() bool { return countTurnPrompts(t, f, caller.SessionID) == 1 })
-	waitFor(t, 10*time.Second, func() bool { return allTurns(m, ids[:1], asyncagents.TurnAsked) })
+	awaitTurns(t, m, ids[:1], asyncagents.TurnAsked)
 	c.mu.Lock()
 	posted := c.posted
 	c.mu.Unlock()
@@ -550,8 +553,8 @@ func TestWaveTurnNotStoredIsAskedAgainN(t *testing.T) {
 // N, R: when a retry finds that an earlier turn prompt landed after all, that prompt covers
 // the notifications posted before it; one delivered during the retry's backoff still gets a
 // turn of its own.
-func TestWaveTurnFoundCoversOnlyOlderNotificationsN(t *testing.T) {
-	f := fakeClient(t, opencodetest.WithHeldRuns())
+func TestWaveTurnFoundCoversOnlyOlderNotifications(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f, lose: 1}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(20*time.Millisecond))
 	c.mu.Lock()
@@ -559,10 +562,10 @@ func TestWaveTurnFoundCoversOnlyOlderNotificationsN(t *testing.T) {
 	c.mu.Unlock()
 	ids := launchHeld(t, m, f, caller, 2)
 	release(t, f, ids[0])
-	awaitNotified(t, m, 10*time.Second, ids[:1])
+	awaitNotified(t, m, ids[:1])
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
 	release(t, f, ids[1]) // during the lost turn prompt's backoff
-	awaitNotified(t, m, 10*time.Second, ids[1:])
+	awaitNotified(t, m, ids[1:])
 	waitFor(t, 10*time.Second, func() bool {
 		s := turnStates(m, ids)
 		return s[0] == asyncagents.TurnAsked && (s[1] == asyncagents.TurnAsked || s[1] == asyncagents.TurnSeen)

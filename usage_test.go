@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -50,12 +51,12 @@ func sameUsage(a, b asyncagents.Usage) bool {
 
 // C-1: a task's usage is the sum of its session's steps, per run and in all; the first step
 // is kept; the notification's hint and the output and list tools say it.
-func TestTaskUsageC1(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "RUN:echo counted") // a tool step, then a text step
-	got := await(t, m, caller, task.ID)
+func TestTaskUsageSumsItsSteps(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo counted") // a tool step, then a text step
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	step := asyncagents.Usage{Input: 100, Output: 20, Cost: (100*3 + 20*15) / 1e6} // the fake's step at opencodetest.ModelPrice
 	if want := step.Add(step); !sameUsage(got.Usage, want) || !sameUsage(got.RunUsage, want) || !sameUsage(got.FirstStep, step) {
 		t.Fatalf("usage %+v, run %+v, first step %+v; want %+v, %+v, %+v", got.Usage, got.RunUsage, got.FirstStep, want, want, step)
@@ -63,7 +64,7 @@ func TestTaskUsageC1(t *testing.T) {
 	if steps, totals := sessionUsage(t, f, task.ID); !sameUsage(got.Usage, steps) || !sameUsage(got.Usage, totals) {
 		t.Errorf("usage %+v; the session's steps %+v, its totals %+v", got.Usage, steps, totals)
 	}
-	waitFor(t, 10*time.Second, func() bool { return delivered(m, task.ID) })
+	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
 	if n := note(m, task.ID); !strings.Contains(n.Hidden, "It used 240 tokens, $0.0012.") {
 		t.Errorf("hint = %q, want the run's usage", n.Hidden)
 	}
@@ -78,8 +79,7 @@ func TestTaskUsageC1(t *testing.T) {
 	if _, err := m.Resume(context.Background(), caller, task.ID, "again"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m.Get(task.ID)
+	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		return tk.Status == asyncagents.StatusCompleted && tk.ResumeCount == 1
 	})
 	got, _ = m.Get(task.ID)
@@ -90,8 +90,7 @@ func TestTaskUsageC1(t *testing.T) {
 	if s := asyncagents.FormatList(list, "", time.Now()); !strings.Contains(s, "| 360 tokens, $0.0018") {
 		t.Errorf("list tool text = %q", s)
 	}
-	waitFor(t, 10*time.Second, func() bool {
-		tk, _ := m.Get(task.ID)
+	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		n := tk.Notifications[len(tk.Notifications)-1]
 		return n.State == asyncagents.NotificationDelivered && strings.Contains(n.Hidden, "It used 120 tokens, $0.0006 (360 tokens, $0.0018 in all).")
 	})
@@ -100,7 +99,7 @@ func TestTaskUsageC1(t *testing.T) {
 // C-1 on the real server: a task's usage equals the sum of its session's steps and the
 // session's own totals, over a resume and across a restart of the host in the middle of a
 // run (the steps of the downtime are counted from the messages the run is decided from).
-func TestRealServerTaskUsageC1(t *testing.T) {
+func TestRealServerTaskUsageSumsItsSteps(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
@@ -109,10 +108,10 @@ func TestRealServerTaskUsageC1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, c, asyncagents.WithStore(store), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, c)
-	task := launch(t, m, caller, "RUN:echo first")
-	got := await(t, m, caller, task.ID)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, c)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo first")
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	steps, totals := sessionUsage(t, c, task.ID)
 	if got.Usage.Input == 0 || got.Usage.Cost == 0 || !sameUsage(got.Usage, steps) || !sameUsage(got.RunUsage, steps) {
 		t.Fatalf("usage %+v, run %+v; the session's steps %+v", got.Usage, got.RunUsage, steps)
@@ -124,7 +123,7 @@ func TestRealServerTaskUsageC1(t *testing.T) {
 	if _, err := m.Resume(context.Background(), caller, task.ID, "SLEEP:2 RUN:echo second"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool { return busy(context.Background(), c, task.ID) })
+	asyncagentstest.AwaitBusy(t, c, task.ID)
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +136,8 @@ func TestRealServerTaskUsageC1(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store2.Close() })
-	m2 := newManager(t, c, asyncagents.WithStore(store2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	got = await(t, m2, caller, task.ID)
+	m2 := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	got = asyncagentstest.Await(t, m2, caller, task.ID)
 	steps, _ = sessionUsage(t, c, task.ID)
 	if !sameUsage(got.Usage, steps) {
 		t.Errorf("after the restart: usage %+v; the session's steps %+v", got.Usage, steps)
@@ -150,15 +149,15 @@ func TestRealServerTaskUsageC1(t *testing.T) {
 
 // C-2: a parent's tree usage sums its tasks and the tasks they launched; the list tool says
 // it.
-func TestTreeUsageC2(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	top := launch(t, m, caller, "RUN:echo top") // two steps
-	await(t, m, caller, top.ID)
+func TestTreeUsageSumsNestedTasks(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNestingDepth(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	top := asyncagentstest.Launch(t, m, caller, "RUN:echo top") // two steps
+	asyncagentstest.Await(t, m, caller, top.ID)
 	child := asyncagents.Caller{SessionID: top.ID, Agent: "general"}
-	nested := launch(t, m, child, "nested") // one step
-	await(t, m, child, nested.ID)
+	nested := asyncagentstest.Launch(t, m, child, "nested") // one step
+	asyncagentstest.Await(t, m, child, nested.ID)
 	step := asyncagents.Usage{Input: 100, Output: 20, Cost: (100*3 + 20*15) / 1e6}
 	want := step.Add(step).Add(step)
 	if got, err := m.TreeUsage(caller); err != nil || !sameUsage(got, want) {
@@ -182,37 +181,37 @@ func TestTreeUsageC2(t *testing.T) {
 
 // C-4: a run that reaches its budget is aborted like a deadline: the task ends in error
 // naming the budget and what was used, and its parent is notified once.
-func TestTaskBudgetAbortsTheRunC4(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 150}),
+func TestTaskBudgetAbortsTheRun(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 150}),
 		asyncagents.WithPollInterval(20*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
+	caller := asyncagentstest.NewParent(t, f)
 	// A tool-calls step completes once its tools ran: the second step reaches the budget, and
 	// the third, sleeping, is aborted.
-	task := launch(t, m, caller, "RUN:sleep 0 ||| sleep 0 ||| sleep 5 ||| echo never")
-	got := await(t, m, caller, task.ID)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:sleep 0 ||| sleep 0 ||| sleep 5 ||| echo never")
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusError || !strings.Contains(got.Error, "budget: the run used 240 tokens, $0.0012, reaching its budget of 150 tokens") {
 		t.Fatalf("task %s: %q", got.Status, got.Error)
 	}
 	if got.Budget != (asyncagents.Budget{Tokens: 150}) {
 		t.Errorf("task budget = %+v", got.Budget)
 	}
-	waitFor(t, 10*time.Second, func() bool { return delivered(m, task.ID) })
-	if n := notifications(t, f, caller.SessionID); len(n) != 1 || !strings.Contains(n[0], "failed") {
+	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
+	if n := asyncagentstest.Notifications(t, f, caller.SessionID); len(n) != 1 || !strings.Contains(n[0], "failed") {
 		t.Errorf("parent notifications = %q, want one failure", n)
 	}
 }
 
 // C-4: a caller whose tasks used its tree budget cannot launch or resume more (ErrBudget,
 // nothing created); a launch may ask for a budget within the host's, not above it.
-func TestTreeBudgetRefusesLaunchesC4(t *testing.T) {
-	f := fakeClient(t)
+func TestTreeBudgetRefusesLaunches(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &createsClient{Client: f}
-	m := newManager(t, c, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
 		asyncagents.WithTaskBudget(asyncagents.Budget{Cost: 1}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	first := launch(t, m, caller, "RUN:echo spends") // 240 tokens
-	await(t, m, caller, first.ID)
+	caller := asyncagentstest.NewParent(t, f)
+	first := asyncagentstest.Launch(t, m, caller, "RUN:echo spends") // 240 tokens
+	asyncagentstest.Await(t, m, caller, first.ID)
 	before := c.creates.Load()
 	_, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "more", Agent: "general", Prompt: "x"})
 	if !errors.Is(err, asyncagents.ErrBudget) || !strings.Contains(err.Error(), "used 240 tokens") {
@@ -230,7 +229,7 @@ func TestTreeBudgetRefusesLaunchesC4(t *testing.T) {
 			task = tool
 		}
 	}
-	other := fakeParent(t, f)
+	other := asyncagentstest.NewParent(t, f)
 	if _, err := task.Handler(context.Background(), other, []byte(`{"description":"d","agent":"general","prompt":"x","budget_cost":2}`)); !errors.Is(err, asyncagents.ErrInvalidInput) {
 		t.Errorf("a budget above the host's = %v, want ErrInvalidInput", err)
 	}
@@ -243,24 +242,24 @@ func TestTreeBudgetRefusesLaunchesC4(t *testing.T) {
 
 // C-4 on the real server: a run that reaches its budget of tokens is aborted, ends in error
 // naming the budget, and its parent is notified once.
-func TestRealServerTaskBudgetC4(t *testing.T) {
+func TestRealServerTaskBudgetAbortsTheRun(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
-	m := newManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 10_000}),
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 10_000}),
 		asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, c)
+	caller := asyncagentstest.NewParent(t, c)
 	// Every step reads the whole context again (about 8,000 tokens of system prompt and tools
 	// here): the second step reaches the budget while the third step's command runs.
-	task := launch(t, m, caller, "RUN:sleep 0 ||| sleep 0 ||| sleep 20 ||| echo never")
-	got := await(t, m, caller, task.ID)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:sleep 0 ||| sleep 0 ||| sleep 20 ||| echo never")
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusError || !strings.Contains(got.Error, "budget: the run used") || !strings.Contains(got.Error, "budget of 10.0k tokens") {
 		t.Fatalf("task %s: %q (usage %+v)", got.Status, got.Error, got.RunUsage)
 	}
 	if got.RunUsage.Tokens() < 10_000 || got.Duration(time.Now()) > 15*time.Second {
 		t.Errorf("aborted after %v with %+v", got.Duration(time.Now()), got.RunUsage)
 	}
-	waitFor(t, 20*time.Second, func() bool { return delivered(m, task.ID) })
+	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
 	settle(t, m, c, "✗ **Agent ", map[string]int{caller.SessionID: 1})
 }
 
@@ -312,13 +311,13 @@ const longRun = "RUN:sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 ||| sleep 0 |||
 
 // C-1: a run decided from a read, longer than the read's window, and with no step seen on the
 // stream (as after a restart of the host), is counted whole: the read pages back to its prompt.
-func TestUsageOfALongRunDecidedByAReadC1(t *testing.T) {
-	f := fakeClient(t)
+func TestUsageOfALongRunDecidedByARead(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &dropClient{FakeClient: f, drop: func(ev opencode.Event) bool { return ev.Type == opencode.EventMessageUpdated }}
-	m := newManager(t, c, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, longRun)
-	got := await(t, m, caller, task.ID)
+	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, longRun)
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	steps, totals := sessionUsage(t, f, task.ID)
 	if !sameUsage(got.Usage, steps) {
 		t.Errorf("usage %v; session steps %v, totals %v", got.Usage, steps, totals)
@@ -326,12 +325,12 @@ func TestUsageOfALongRunDecidedByAReadC1(t *testing.T) {
 }
 
 // C-4: clearing its tasks does not give a caller its tree budget back.
-func TestTreeBudgetCountsClearedTasksC4(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	first := launch(t, m, caller, "RUN:echo spends")
-	await(t, m, caller, first.ID)
+func TestTreeBudgetCountsClearedTasks(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	first := asyncagentstest.Launch(t, m, caller, "RUN:echo spends")
+	asyncagentstest.Await(t, m, caller, first.ID)
 	in := asyncagents.LaunchInput{Caller: caller, Description: "more", Agent: "general", Prompt: "x"}
 	if _, err := m.Launch(context.Background(), in); !errors.Is(err, asyncagents.ErrBudget) {
 		t.Fatalf("want ErrBudget, got %v", err)
@@ -345,13 +344,13 @@ func TestTreeBudgetCountsClearedTasksC4(t *testing.T) {
 }
 
 // C-4: a task below a caller whose tree reached its budget cannot launch more either.
-func TestTreeBudgetHoldsBelowC4(t *testing.T) {
-	f := fakeClient(t)
-	m := newManager(t, f, asyncagents.WithNestingDepth(2), asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
+func TestTreeBudgetHoldsBelow(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithNestingDepth(2), asyncagents.WithTreeBudget(asyncagents.Budget{Tokens: 200}),
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	top := launch(t, m, caller, "RUN:echo top") // 240 tokens
-	await(t, m, caller, top.ID)
+	caller := asyncagentstest.NewParent(t, f)
+	top := asyncagentstest.Launch(t, m, caller, "RUN:echo top") // 240 tokens
+	asyncagentstest.Await(t, m, caller, top.ID)
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "x"}); !errors.Is(err, asyncagents.ErrBudget) {
 		t.Fatalf("top caller: %v", err)
 	}
@@ -361,7 +360,7 @@ func TestTreeBudgetHoldsBelowC4(t *testing.T) {
 		if err != nil {
 			break
 		}
-		await(t, m, child, n.ID)
+		asyncagentstest.Await(t, m, child, n.ID)
 	}
 	u, _ := m.TreeUsage(caller)
 	if u.Tokens() > 240 {
@@ -380,16 +379,16 @@ func (c *slowReadClient) Messages(ctx context.Context, id string, limit int) ([]
 
 // C-4: a run whose last step reaches its budget ended anyway: it is decided (completed, with
 // its result), not aborted, however late its read.
-func TestBudgetReachedByTheLastStepCompletesC4(t *testing.T) {
-	f := fakeClient(t)
+func TestBudgetReachedByTheLastStepCompletes(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
 	c := &slowReadClient{dropClient{FakeClient: f, drop: func(ev opencode.Event) bool {
 		return ev.Type == opencode.EventSessionIdle || ev.Type == opencode.EventSessionStatus
 	}}}
-	m := newManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 200}),
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 200}),
 		asyncagents.WithPollInterval(20*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	caller := fakeParent(t, f)
-	task := launch(t, m, caller, "RUN:echo x")
-	got := await(t, m, caller, task.ID)
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:echo x")
+	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusCompleted {
 		t.Errorf("task %s: %q (the run had completed)", got.Status, got.Error)
 	}

@@ -2,6 +2,7 @@ package asyncagentstest
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
@@ -19,8 +20,9 @@ type TB interface {
 	Cleanup(f func())
 }
 
-// AwaitTimeout is how long [Await] waits for a task to end, measured by the Manager's
-// clock ([asyncagents.WithClock]).
+// AwaitTimeout is how long the waits of this package wait: [Await] for a task to end,
+// measured by the Manager's clock ([asyncagents.WithClock]); [AwaitTask], [AwaitBusy] and
+// [AwaitNotifications] by the wall clock.
 const AwaitTimeout = time.Minute
 
 // NewFakeClient returns a new in-memory OpenCode, [opencodetest.NewFakeClient] with opts,
@@ -91,4 +93,156 @@ func Await(t TB, m *asyncagents.Manager, caller asyncagents.Caller, id string) a
 		return asyncagents.Task{}
 	}
 	return out.Task
+}
+
+// pollEvery is how often the waits of this package look again.
+const pollEvery = 10 * time.Millisecond
+
+// AwaitTask waits until the Manager's task id, as [asyncagents.Manager.Get] returns it
+// (whatever its parent), satisfies cond, and returns it as cond saw it: running after it was
+// queued, resumed, notified ([Delivered])… It reads the task every 10 ms. The test fails at
+// once when the task has not satisfied cond within AwaitTimeout of wall time (not the
+// Manager's clock, which a test may hold still), naming the task's last status, or Get's last
+// error: a task that is not found, or not yet (another host's), is waited for like one that
+// does not satisfy cond.
+func AwaitTask(t TB, m *asyncagents.Manager, id string, cond func(asyncagents.Task) bool) asyncagents.Task {
+	t.Helper()
+	return awaitTask(t, m, id, cond, AwaitTimeout)
+}
+
+func awaitTask(t TB, m *asyncagents.Manager, id string, cond func(asyncagents.Task) bool, within time.Duration) asyncagents.Task {
+	t.Helper()
+	var (
+		task asyncagents.Task
+		err  error
+	)
+	if eventually(within, func() bool { task, err = m.Get(id); return err == nil && cond(task) }) {
+		return task
+	}
+	if err != nil {
+		t.Fatalf("asyncagentstest: task %s: %v after %v", id, err, within)
+	} else {
+		t.Fatalf("asyncagentstest: task %s is %s, not as awaited, after %v", id, task.Status, within)
+	}
+	return asyncagents.Task{}
+}
+
+// Delivered reports whether the task's latest notification was delivered to its parent: a
+// condition for [AwaitTask].
+func Delivered(task asyncagents.Task) bool {
+	n := len(task.Notifications)
+	return n > 0 && task.Notifications[n-1].State == asyncagents.NotificationDelivered
+}
+
+// AwaitBusy waits until session id is busy: until SessionStatus of the client's default
+// directory lists it, as OpenCode and the fake do from a run's prompt until the run ends (a
+// held run of [opencodetest.WithHeldRuns] stays busy until it is released). It asks every
+// 10 ms; the test fails at once when SessionStatus fails, or the session is not busy within
+// AwaitTimeout.
+func AwaitBusy(t TB, c opencode.Client, id string) {
+	t.Helper()
+	awaitBusy(t, c, id, AwaitTimeout)
+}
+
+func awaitBusy(t TB, c opencode.Client, id string, within time.Duration) {
+	t.Helper()
+	var err error
+	if eventually(within, func() bool {
+		var st map[string]opencode.SessionStatus
+		st, err = c.SessionStatus(context.Background(), "")
+		_, busy := st[id]
+		return err != nil || busy
+	}) && err == nil {
+		return
+	}
+	if err != nil {
+		t.Fatalf("asyncagentstest: session status: %v", err)
+		return
+	}
+	t.Fatalf("asyncagentstest: session %s not busy after %v", id, within)
+}
+
+// Release lets the held run of session id take its first model step, the replies answering
+// its next steps ([opencodetest.FakeClient.Release]): Release(t, f, task.ID,
+// opencodetest.Text("done")) makes the task's run answer "done". The test fails at once when
+// Release fails (an unknown session).
+func Release(t TB, f *opencodetest.FakeClient, id string, replies ...opencodetest.Reply) {
+	t.Helper()
+	if err := f.Release(id, replies...); err != nil {
+		t.Fatalf("asyncagentstest: release %s: %v", id, err)
+	}
+}
+
+// Notifications returns the visible texts of the task notifications that the parent session
+// holds, oldest first, as its messages show them (GET /session/{id}/message): in each user
+// message, each text part that is not synthetic, names the task progress ("Task Progress:
+// 1/2") and is followed by a synthetic part, the notification's hint. One message may carry
+// several (notifications merged into one post). The test fails at once when the messages
+// cannot be read.
+func Notifications(t TB, c opencode.Client, parent string) []string {
+	t.Helper()
+	got, err := notifications(c, parent)
+	if err != nil {
+		t.Fatalf("asyncagentstest: messages of %s: %v", parent, err)
+		return nil
+	}
+	return got
+}
+
+func notifications(c opencode.Client, parent string) ([]string, error) {
+	msgs, err := c.Messages(context.Background(), parent, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range msgs {
+		if m.Info.Role != opencode.RoleUser {
+			continue
+		}
+		for i := 0; i+1 < len(m.Parts); i++ {
+			if p := m.Parts[i]; !p.Synthetic && m.Parts[i+1].Synthetic && strings.Contains(p.Text, "Task Progress") {
+				out = append(out, p.Text)
+				i++
+			}
+		}
+	}
+	return out, nil
+}
+
+// AwaitNotifications waits until the parent session holds at least n notifications (see
+// [Notifications]) and returns them. It reads the parent's messages every 10 ms; the test
+// fails at once when they cannot be read, or do not hold n notifications within
+// AwaitTimeout.
+func AwaitNotifications(t TB, c opencode.Client, parent string, n int) []string {
+	t.Helper()
+	return awaitNotifications(t, c, parent, n, AwaitTimeout)
+}
+
+func awaitNotifications(t TB, c opencode.Client, parent string, n int, within time.Duration) []string {
+	t.Helper()
+	var (
+		got []string
+		err error
+	)
+	if eventually(within, func() bool { got, err = notifications(c, parent); return err != nil || len(got) >= n }) && err == nil {
+		return got
+	}
+	if err != nil {
+		t.Fatalf("asyncagentstest: messages of %s: %v", parent, err)
+		return nil
+	}
+	t.Fatalf("asyncagentstest: %s holds %d notifications after %v, want %d: %q", parent, len(got), within, n, got)
+	return nil
+}
+
+// eventually calls cond every pollEvery until it holds (true) or d has passed (false).
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollEvery)
+	}
+	return true
 }

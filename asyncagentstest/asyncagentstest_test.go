@@ -228,13 +228,176 @@ func TestAwaitFails(t *testing.T) {
 	}
 }
 
-// The same helpers run on the real OpenCode server.
+// The same helpers run on the real OpenCode server: a task is busy while its model streams,
+// ends, and its parent holds the notification.
 func TestOnRealServer(t *testing.T) {
 	srv := shared.Get(t)
 	m := asyncagentstest.NewManager(t, srv.Client())
 	caller := asyncagentstest.NewParent(t, srv.Client())
-	task := asyncagentstest.Await(t, m, caller, asyncagentstest.Launch(t, m, caller, "RUN:echo real").ID)
+	launched := asyncagentstest.Launch(t, m, caller, "RUN:sleep 1 ||| echo real")
+	asyncagentstest.AwaitBusy(t, srv.Client(), launched.ID)
+	task := asyncagentstest.Await(t, m, caller, launched.ID)
 	if task.Status != asyncagents.StatusCompleted || !strings.Contains(task.Result, "real") {
 		t.Errorf("task = %s %q %q", task.Status, task.Result, task.Error)
+	}
+	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
+	if got := asyncagentstest.AwaitNotifications(t, srv.Client(), caller.SessionID, 1); len(got) != 1 || !strings.HasPrefix(got[0], `✓ **Agent "test" finished in `) {
+		t.Errorf("notifications = %q", got)
+	}
+}
+
+// AwaitTask returns the task once it satisfies the condition, whatever its parent: here once
+// it runs, after it was queued, and once its parent was notified of its end.
+func TestAwaitTask(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}),
+		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	first := asyncagentstest.Launch(t, m, caller, "one")
+	second := asyncagentstest.Launch(t, m, caller, "two")
+	asyncagentstest.Release(t, f, first.ID, opencodetest.Text("first done"))
+	running := func(task asyncagents.Task) bool { return task.Status == asyncagents.StatusRunning }
+	if got := asyncagentstest.AwaitTask(t, m, second.ID, running); got.ID != second.ID || got.Status != asyncagents.StatusRunning {
+		t.Errorf("AwaitTask(running) = %s %s", got.ID, got.Status)
+	}
+	got := asyncagentstest.AwaitTask(t, m, first.ID, asyncagentstest.Delivered)
+	if got.Status != asyncagents.StatusCompleted || len(got.Notifications) != 1 || got.Notifications[0].Delivered.IsZero() {
+		t.Errorf("AwaitTask(Delivered) = %s, %+v", got.Status, got.Notifications)
+	}
+	if asyncagentstest.Delivered(second) {
+		t.Error("Delivered of a running task without a notification")
+	}
+	if _, err := m.Cancel(t.Context(), caller, second.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heldTask launches a task whose run is held, on a new fake and a Manager that sends no
+// notifications, and returns them, the caller and the task.
+func heldTask(t *testing.T) (*opencodetest.FakeClient, *asyncagents.Manager, asyncagents.Caller, asyncagents.Task) {
+	t.Helper()
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithNotifications(false))
+	caller := asyncagentstest.NewParent(t, f)
+	return f, m, caller, asyncagentstest.Launch(t, m, caller, "held")
+}
+
+// AwaitTask fails the test when the task does not satisfy the condition in time, naming its
+// status, or Get's error for a task it cannot find.
+func TestAwaitTaskFails(t *testing.T) {
+	_, m, caller, task := heldTask(t)
+	never := func(asyncagents.Task) bool { return false }
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		return asyncagentstest.AwaitTaskWithin(tb, m, task.ID, never, 50*time.Millisecond)
+	}); !strings.Contains(got, "is running, not as awaited, after 50ms") {
+		t.Errorf("condition never met: failure = %q", got)
+	}
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		return asyncagentstest.AwaitTaskWithin(tb, m, "ses_unknown", never, 50*time.Millisecond)
+	}); !strings.Contains(got, asyncagents.ErrTaskNotFound.Error()) {
+		t.Errorf("unknown task: failure = %q", got)
+	}
+	if _, err := m.Cancel(t.Context(), caller, task.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AwaitBusy returns once the session's run is under way (a held run is), and fails the test
+// when the session is not busy in time or its status cannot be read.
+func TestAwaitBusy(t *testing.T) {
+	f, m, caller, task := heldTask(t)
+	asyncagentstest.AwaitBusy(t, f, task.ID)
+	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[task.ID].Type != "busy" {
+		t.Errorf("after AwaitBusy: %v, %v", st, err)
+	}
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		asyncagentstest.AwaitBusyWithin(tb, f, caller.SessionID, 50*time.Millisecond)
+		return struct{}{}
+	}); !strings.Contains(got, "session "+caller.SessionID+" not busy after 50ms") {
+		t.Errorf("idle session: failure = %q", got)
+	}
+	f.FailCalls("SessionStatus", 1, errors.New("status unavailable"))
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		asyncagentstest.AwaitBusyWithin(tb, f, task.ID, time.Minute)
+		return struct{}{}
+	}); !strings.Contains(got, "status unavailable") {
+		t.Errorf("failing SessionStatus: failure = %q", got)
+	}
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "done" {
+		t.Errorf("released run: %s %q", got.Status, got.Result)
+	}
+}
+
+// Release lets a held run go on with the replies given, and fails the test for a session the
+// fake does not know.
+func TestRelease(t *testing.T) {
+	f, m, caller, task := heldTask(t)
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Fail(400))
+	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusError {
+		t.Errorf("run released with a failure: %s %q", got.Status, got.Result)
+	}
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		asyncagentstest.Release(tb, f, "ses_unknown")
+		return struct{}{}
+	}); !strings.Contains(got, "release ses_unknown") || !strings.Contains(got, "not found") {
+		t.Errorf("unknown session: failure = %q", got)
+	}
+}
+
+// Notifications returns the visible text of each notification the parent holds, oldest
+// first, also of notifications merged into one message; AwaitNotifications waits for them,
+// and fails the test when they do not come in time or the parent cannot be read.
+func TestNotifications(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	m := asyncagentstest.NewManager(t, f, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, f)
+	if got := asyncagentstest.Notifications(t, f, caller.SessionID); len(got) != 0 {
+		t.Errorf("before any run ended: %q", got)
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, asyncagentstest.Launch(t, m, caller, "held").ID)
+	}
+	for _, id := range ids {
+		asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
+	}
+	got := asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 3)
+	if len(got) != 3 {
+		t.Fatalf("notifications = %q, want 3", got)
+	}
+	for i, n := range got {
+		if !strings.HasPrefix(n, `✓ **Agent "test" finished in `) || !strings.HasSuffix(n, "/3") {
+			t.Errorf("notification %d = %q", i, n)
+		}
+	}
+	if again := asyncagentstest.Notifications(t, f, caller.SessionID); !reflect.DeepEqual(again, got) {
+		t.Errorf("Notifications = %q, AwaitNotifications = %q", again, got)
+	}
+	if got := failure(t, func(tb asyncagentstest.TB) any {
+		return asyncagentstest.AwaitNotificationsWithin(tb, f, caller.SessionID, 4, 50*time.Millisecond)
+	}); !strings.Contains(got, "holds 3 notifications after 50ms, want 4") {
+		t.Errorf("a fourth that never comes: failure = %q", got)
+	}
+	merged := asyncagentstest.NewParent(t, f) // a message of the user, and one of two notifications
+	for _, parts := range [][]opencode.TextPartInput{
+		{opencode.NewText("hello, Task Progress: 0/0")},
+		{opencode.NewText("✓ first\nTask Progress: 1/2"), opencode.NewSyntheticText("hint 1"),
+			opencode.NewText("✗ second\nTask Progress: 2/2"), opencode.NewSyntheticText("hint 2")},
+	} {
+		if _, err := f.Prompt(t.Context(), merged.SessionID, opencode.PromptRequest{NoReply: true, Parts: parts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := asyncagentstest.Notifications(t, f, merged.SessionID), []string{"✓ first\nTask Progress: 1/2", "✗ second\nTask Progress: 2/2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("merged notifications = %q, want %q", got, want)
+	}
+	for _, read := range []func(tb asyncagentstest.TB) any{
+		func(tb asyncagentstest.TB) any { return asyncagentstest.Notifications(tb, f, "ses_unknown") },
+		func(tb asyncagentstest.TB) any { return asyncagentstest.AwaitNotifications(tb, f, "ses_unknown", 1) },
+	} {
+		if got := failure(t, read); !strings.Contains(got, "messages of ses_unknown") {
+			t.Errorf("unknown parent: failure = %q", got)
+		}
 	}
 }

@@ -24,7 +24,14 @@
 // them with [opencodetest.FakeClient.SetScript]. A test that must act while a task runs
 // creates the client with [opencodetest.WithHeldRuns]: every run then waits, busy, until
 // the test calls [opencodetest.FakeClient.Release] with the task's id, optionally with the
-// replies the run gives ([opencodetest.Text], [opencodetest.Fail]).
+// replies the run gives ([opencodetest.Text], [opencodetest.Fail]); [Release] does so and
+// fails the test when it cannot.
+//
+// [Await] waits for a task's end as its caller would, through Output. The other waits look
+// every 10 ms and fail the test after [AwaitTimeout]: [AwaitTask] for any condition on a task
+// (running after it was queued; [Delivered], its parent notified), [AwaitBusy] for a
+// session's run to be under way (a held run is), and [AwaitNotifications] for what a parent
+// session was told ([Notifications] reads it).
 //
 // The functions take the test as a [TB], which *testing.T implements. They report a
 // failure with t.Fatalf, so they must be called from the goroutine running the test, as
