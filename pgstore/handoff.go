@@ -78,8 +78,11 @@ func (s *Store) Wanted(ctx context.Context) ([]string, error) {
 }
 
 // Yield gives up this store's leases on tasks ids at once (their leases end now and they
-// have no holder, so no renewal or save of this store touches them again), and forgets them:
+// have no holder, so no renewal or save of this store touches them again), and forgets them.
+// A task given up is a change ([Store.Changes]), for every store, this one included. One
+// batch:
 //
+//	SELECT pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0)
 //	UPDATE asyncagents_tasks SET holder = '', lease_until = now() WHERE id = ANY($1) AND holder = $2
 func (s *Store) Yield(ctx context.Context, ids ...string) error {
 	s.mu.Lock()
@@ -87,8 +90,11 @@ func (s *Store) Yield(ctx context.Context, ids ...string) error {
 		delete(s.held, id)
 	}
 	s.mu.Unlock()
+	b := &pgx.Batch{}
+	b.Queue(lockChanges)
+	b.Queue(`UPDATE asyncagents_tasks SET holder = '', lease_until = now() WHERE id = ANY($1) AND holder = $2`, ids, s.holder)
 	s.trips.Add(1)
-	if _, err := s.pool.Exec(ctx, `UPDATE asyncagents_tasks SET holder = '', lease_until = now() WHERE id = ANY($1) AND holder = $2`, ids, s.holder); err != nil {
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: yield: %w", err)
 	}
 	return nil

@@ -21,11 +21,46 @@
 // renewed it, so a store cut off from the database stops acting well before the lease can
 // expire in the database.
 //
+// # Changes, slots and limits
+//
+// Every write of a task's record or holder (a save, a claim, a yield, a removal) is
+// numbered from one sequence, so that a Manager reads only what other hosts changed since
+// its last read, as summaries without prompts and results ([Store.Changes], woken by
+// [Store.WaitChanges]). The concurrency slots ([Store.Slots]) are fenced as saves are: a
+// store whose lease is gone queues, learns and gives back no slot. The per-parent cap and the
+// tree budgets are counted from the rows of every store, in the transaction that saves a new
+// task ([Store.Admit], [Store.TreeUsage]), and a removed task's usage stays counted.
+//
 // # Schema
 //
 // [Open] creates the tables, or migrates them to this version's schema, under an advisory
 // lock (tern's migrator, version table asyncagents_schema_version). A database whose schema
 // is newer than this package knows is refused with [ErrSchemaNewer], changing nothing.
+//
+// Version 5 adds to asyncagents_tasks the columns seq (the row's change number, from the
+// sequence asyncagents_changes; indexed), anchor (the session the task counts under:
+// Task.AnchorSessionID, or its parent; indexed) and summary (the task's JSON as jsonb without
+// prompt, result, followUps and notifications, its description, error and permission request
+// cut to the Manager's bounds: the function asyncagents_summary), which triggers set on every
+// write, whatever program makes it:
+//
+//	BEFORE INSERT OR UPDATE OF task, parent: summary := asyncagents_summary(task::jsonb);
+//	    anchor := coalesce(nullif(summary->>'anchorSessionID', ''), parent)
+//	BEFORE INSERT OR UPDATE OF task, status, parent, server, and UPDATE OF holder when it changes:
+//	    PERFORM pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0);
+//	    seq := nextval('asyncagents_changes'); PERFORM pg_notify('asyncagents_changes', holder)
+//	AFTER DELETE: the same lock; INSERT INTO asyncagents_removed (id, seq, holder)
+//	    VALUES (id, nextval('asyncagents_changes'), holder) (a tombstone); the same notification
+//
+// A renewal (lease_until alone), a Want (wanted_by) and a Close are not changes. The
+// tombstones (asyncagents_removed: id, seq, holder, removed) are kept an hour and pruned by
+// Delete, which records the last number pruned in asyncagents_removed_pruned; what removed
+// tasks used is summed by session in asyncagents_cleared (session, input, output, reasoning,
+// cache_read, cache_write, cost). The statements of this package that change task records
+// (Save, Admit, Claim, Yield, Delete) take the changes lock first, before any row lock, so
+// that no lock is awaited while a row is held. Hosts that share a database run the same
+// version: a program of schema 4 still running on it writes rows that are numbered and
+// summarized (the triggers), but takes the lock only in the triggers, and fences no slot.
 package pgstore
 
 import (
@@ -59,6 +94,11 @@ const claimBatch = 500
 // wantedFirst is how long a task that a store wants is left to it after its lease ended.
 const wantedFirst = 5 * time.Second
 
+// removedFor is how long the tombstone of a removed task is kept: a reader of [Store.Changes]
+// that asks after a number older than the tombstones pruned since gets an error matching
+// [asyncagents.ErrLagged].
+const removedFor = time.Hour
+
 // ErrSchemaNewer is the error of [Open] when the database's schema is of a newer version of
 // this package than the running one.
 var ErrSchemaNewer = errors.New("pgstore: database schema is newer than this program")
@@ -90,6 +130,14 @@ type Store struct {
 
 	mu   sync.Mutex
 	held map[string]lease // the tasks this store holds
+
+	// WaitChanges' connection: listen holds a token while a call uses listener; closing
+	// ends when Close begins (stopListening).
+	listen        chan struct{}
+	listener      *pgx.Conn
+	closing       context.Context
+	stopListening context.CancelFunc
+	closeOnce     sync.Once
 }
 
 // lease is what a store knows of a lease it holds.
@@ -101,6 +149,7 @@ type lease struct {
 var (
 	_ asyncagents.SlotStore    = (*Store)(nil)
 	_ asyncagents.HandoffStore = (*Store)(nil)
+	_ asyncagents.LimitStore   = (*Store)(nil)
 )
 
 // Open connects to the database at url (a PostgreSQL URL or key=value string, as pgx
@@ -124,7 +173,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	if err := migrateSchema(ctx, pool); err != nil {
+	if err := migrateSchema(ctx, pool, len(migrations)); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -134,8 +183,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
-	return &Store{pool: pool, holder: opts.Holder + "-" + hex.EncodeToString(b), server: opts.Server, lease: opts.Lease,
-		held: map[string]lease{}}, nil
+	s := &Store{pool: pool, holder: opts.Holder + "-" + hex.EncodeToString(b), server: opts.Server, lease: opts.Lease,
+		held: map[string]lease{}, listen: make(chan struct{}, 1)}
+	s.closing, s.stopListening = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // migrations are the schema's versions, in order; a new version appends one.
@@ -162,10 +213,88 @@ var migrations = []string{
 	CREATE INDEX asyncagents_slots_key ON asyncagents_slots (key, granted, seq);`,
 	`ALTER TABLE asyncagents_tasks ADD COLUMN wanted_by text;`,
 	`ALTER TABLE asyncagents_tasks ADD COLUMN server text NOT NULL DEFAULT '';`,
+	changesSchema,
 }
 
-// migrateSchema brings the schema to len(migrations), refusing a newer one.
-func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
+// changesSchema is version 5: the change numbers, summaries and anchors of the tasks, the
+// tombstones of removed tasks, and the usage of removed tasks (see the package comment).
+// Every task row is numbered again, and summarized, by an UPDATE that fires the triggers.
+const changesSchema = `CREATE SEQUENCE asyncagents_changes;
+	CREATE FUNCTION asyncagents_summary(t jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+		SELECT s
+			|| CASE WHEN jsonb_typeof(s->'description') = 'string'
+				THEN jsonb_build_object('description', left(s->>'description', 200)) ELSE '{}'::jsonb END
+			|| CASE WHEN jsonb_typeof(s->'error') = 'string'
+				THEN jsonb_build_object('error', left(s->>'error', 4000)) ELSE '{}'::jsonb END
+			|| CASE WHEN jsonb_typeof(s->'permission') = 'object' THEN jsonb_build_object('permission', s->'permission'
+				|| CASE WHEN jsonb_typeof(s->'permission'->'permission') = 'string'
+					THEN jsonb_build_object('permission', left(s->'permission'->>'permission', 200)) ELSE '{}'::jsonb END
+				|| CASE WHEN jsonb_typeof(s->'permission'->'patterns') = 'array'
+					THEN jsonb_build_object('patterns', coalesce((SELECT jsonb_agg(CASE WHEN jsonb_typeof(p) = 'string'
+						THEN to_jsonb(left(p #>> '{}', 200)) ELSE p END ORDER BY n)
+						FROM jsonb_array_elements(s->'permission'->'patterns') WITH ORDINALITY AS a(p, n) WHERE n <= 10), '[]'::jsonb))
+					ELSE '{}'::jsonb END)
+				ELSE '{}'::jsonb END
+		FROM (SELECT t - 'prompt' - 'result' - 'followUps' - 'notifications' AS s) AS x
+	$$;
+	CREATE FUNCTION asyncagents_task_summary() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		NEW.summary := asyncagents_summary(NEW.task::jsonb);
+		NEW.anchor := coalesce(nullif(NEW.summary->>'anchorSessionID', ''), NEW.parent);
+		RETURN NEW;
+	END $$;
+	CREATE FUNCTION asyncagents_task_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0);
+		NEW.seq := nextval('asyncagents_changes');
+		PERFORM pg_notify('asyncagents_changes', NEW.holder);
+		RETURN NEW;
+	END $$;
+	CREATE FUNCTION asyncagents_task_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0);
+		INSERT INTO asyncagents_removed (id, seq, holder) VALUES (OLD.id, nextval('asyncagents_changes'), OLD.holder)
+			ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, holder = excluded.holder, removed = now();
+		PERFORM pg_notify('asyncagents_changes', OLD.holder);
+		RETURN OLD;
+	END $$;
+	CREATE TABLE asyncagents_removed (
+		id      text PRIMARY KEY,
+		seq     bigint NOT NULL,
+		holder  text NOT NULL,
+		removed timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE INDEX asyncagents_removed_seq ON asyncagents_removed (seq);
+	CREATE INDEX asyncagents_removed_removed ON asyncagents_removed (removed);
+	CREATE TABLE asyncagents_removed_pruned (seq bigint NOT NULL);
+	INSERT INTO asyncagents_removed_pruned VALUES (0);
+	CREATE TABLE asyncagents_cleared (
+		session     text PRIMARY KEY,
+		input       bigint NOT NULL,
+		output      bigint NOT NULL,
+		reasoning   bigint NOT NULL,
+		cache_read  bigint NOT NULL,
+		cache_write bigint NOT NULL,
+		cost        double precision NOT NULL
+	);
+	ALTER TABLE asyncagents_tasks ADD COLUMN seq bigint, ADD COLUMN anchor text, ADD COLUMN summary jsonb;
+	CREATE TRIGGER asyncagents_tasks_1_summary BEFORE INSERT OR UPDATE OF task, parent ON asyncagents_tasks
+		FOR EACH ROW EXECUTE FUNCTION asyncagents_task_summary();
+	CREATE TRIGGER asyncagents_tasks_2_changed BEFORE INSERT OR UPDATE OF task, status, parent, server ON asyncagents_tasks
+		FOR EACH ROW EXECUTE FUNCTION asyncagents_task_changed();
+	CREATE TRIGGER asyncagents_tasks_3_held BEFORE UPDATE OF holder ON asyncagents_tasks
+		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder) EXECUTE FUNCTION asyncagents_task_changed();
+	CREATE TRIGGER asyncagents_tasks_4_removed AFTER DELETE ON asyncagents_tasks
+		FOR EACH ROW EXECUTE FUNCTION asyncagents_task_removed();
+	UPDATE asyncagents_tasks SET task = task;
+	ALTER TABLE asyncagents_tasks ALTER COLUMN seq SET NOT NULL, ALTER COLUMN anchor SET NOT NULL,
+		ALTER COLUMN summary SET NOT NULL;
+	CREATE INDEX asyncagents_tasks_seq ON asyncagents_tasks (seq);
+	CREATE INDEX asyncagents_tasks_anchor ON asyncagents_tasks (anchor);`
+
+// migrateSchema brings the schema to version to (len(migrations) but in tests), refusing a
+// newer one.
+func migrateSchema(ctx context.Context, pool *pgxpool.Pool, to int) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: %w", err)
@@ -185,7 +314,7 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if int(v) > len(migrations) {
 		return fmt.Errorf("%w: version %d, this program knows up to %d", ErrSchemaNewer, v, len(migrations))
 	}
-	if err := m.Migrate(ctx); err != nil {
+	if err := m.MigrateTo(ctx, int32(to)); err != nil {
 		var bad migrate.BadVersionError
 		if errors.As(err, &bad) {
 			return fmt.Errorf("%w: %v", ErrSchemaNewer, err)
@@ -196,10 +325,11 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Close releases the store's leases, so that another store can claim its tasks at once
-// (UPDATE asyncagents_tasks SET lease_until = '-infinity' WHERE holder = $1), and closes
-// its connections. Call it after the Manager's Close. A store that cannot reach the
-// database leaves its leases to expire.
+// (UPDATE asyncagents_tasks SET lease_until = '-infinity' WHERE holder = $1), ends a
+// [Store.WaitChanges] that waits, and closes its connections. Call it after the Manager's
+// Close. A store that cannot reach the database leaves its leases to expire.
 func (s *Store) Close() error {
+	s.closeListener()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.trips.Add(1)
@@ -253,9 +383,10 @@ func (s *Store) Load(ctx context.Context) ([]asyncagents.Task, error) {
 }
 
 // Claim takes up to 500 tasks of its server whose leases expired, oldest first, and returns
-// them. A task
-// another store wants ([Store.Want]) is left to that store for 5 s after its lease ended:
+// them. A task another store wants ([Store.Want]) is left to that store for 5 s after its
+// lease ended. A task that changes holder is a change ([Store.Changes]). One batch:
 //
+//	SELECT pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0)
 //	UPDATE asyncagents_tasks SET holder = $1, fence = fence + 1, lease_until = now() + $2, wanted_by = NULL
 //	WHERE id IN (SELECT id FROM asyncagents_tasks WHERE lease_until < now()
 //	             AND (wanted_by IS NULL OR wanted_by = $1 OR lease_until < now() - '5 s')
@@ -272,8 +403,9 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 	if !own {
 		skip = []string{}
 	}
-	s.trips.Add(1)
-	rows, err := s.pool.Query(ctx, `UPDATE asyncagents_tasks SET holder = $1,
+	b := &pgx.Batch{}
+	b.Queue(lockChanges)
+	b.Queue(`UPDATE asyncagents_tasks SET holder = $1,
 			fence = CASE WHEN holder = $1 THEN fence ELSE fence + 1 END,
 			lease_until = now() + $2::interval,
 			wanted_by = NULL
@@ -282,27 +414,13 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 				OR ($4 AND holder = $1)) AND id <> ALL($5) AND server = $7
 			ORDER BY started LIMIT $3 FOR UPDATE SKIP LOCKED)
 		RETURNING fence, task`, s.holder, s.lease, claimBatch, own, skip, wantedFirst, s.server)
+	s.trips.Add(1)
+	br := s.pool.SendBatch(ctx, b)
+	tasks, fences, err := scanClaimed(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: claim: %w", err)
-	}
-	var tasks []asyncagents.Task
-	var fences []int64
-	for rows.Next() {
-		var fence int64
-		var raw []byte
-		if err := rows.Scan(&fence, &raw); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pgstore: claim: %w", err)
-		}
-		var t asyncagents.Task
-		if err := json.Unmarshal(raw, &t); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pgstore: claim: task: %w", err)
-		}
-		tasks = append(tasks, t)
-		fences = append(fences, fence)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	s.mu.Lock()
@@ -312,6 +430,34 @@ func (s *Store) claim(ctx context.Context, skip []string) ([]asyncagents.Task, e
 	s.mu.Unlock()
 	slices.SortStableFunc(tasks, func(a, b asyncagents.Task) int { return a.Started.Compare(b.Started) })
 	return tasks, nil
+}
+
+// scanClaimed reads the results of claim's batch: the tasks claimed and their fences.
+func scanClaimed(br pgx.BatchResults) ([]asyncagents.Task, []int64, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var tasks []asyncagents.Task
+	var fences []int64
+	for rows.Next() {
+		var fence int64
+		var raw []byte
+		if err := rows.Scan(&fence, &raw); err != nil {
+			return nil, nil, err
+		}
+		var t asyncagents.Task
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return nil, nil, fmt.Errorf("task: %w", err)
+		}
+		tasks = append(tasks, t)
+		fences = append(fences, fence)
+	}
+	return tasks, fences, rows.Err()
 }
 
 // Renew extends the leases this store holds, in one statement, and returns the ids it no
@@ -386,8 +532,10 @@ func (s *Store) Held(id string) time.Time {
 // Save inserts t with a new lease held by this store, or replaces the task when this store
 // holds its lease (and extends it); the row is marked with the store's server
 // (Options.Server), whose stores alone claim it. The save of an ended task gives back its
-// concurrency slot in the same statement, so no slot outlives its run:
+// concurrency slot in the same statement, so no slot outlives its run. One batch, one
+// transaction (the triggers number the row and summarize it: see the package comment):
 //
+//	SELECT pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0)
 //	WITH saved AS (INSERT INTO asyncagents_tasks (…) VALUES (…, holder = $1, fence = 1, lease_until = now() + lease)
 //	               ON CONFLICT (id) DO UPDATE SET … WHERE holder = $1 AND fence = $fence RETURNING fence),
 //	     freed AS (DELETE FROM asyncagents_slots WHERE task = $id AND $ended AND EXISTS (SELECT 1 FROM saved))
@@ -396,9 +544,32 @@ func (s *Store) Held(id string) time.Time {
 // It returns an error matching [asyncagents.ErrLeaseLost] when the task exists and this
 // store does not hold its lease; nothing is changed then.
 func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
+	start := time.Now()
+	fence, err := s.write(ctx, s.pool, t)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.held[t.ID] = lease{fence: fence, until: s.valid(start)}
+	s.mu.Unlock()
+	return nil
+}
+
+// lockChanges is the first statement of every transaction that writes task rows: the lock
+// that the triggers take, taken before any row is (see the package comment).
+const lockChanges = `SELECT pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0)`
+
+// batcher is a pool or a transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// write runs Save's statements on q and returns the task's fence, or an error matching
+// ErrLeaseLost, having forgotten the lease, when the store does not hold it.
+func (s *Store) write(ctx context.Context, q batcher, t asyncagents.Task) (int64, error) {
 	raw, err := json.Marshal(t)
 	if err != nil {
-		return fmt.Errorf("pgstore: save %s: %w", t.ID, err)
+		return 0, fmt.Errorf("pgstore: save %s: %w", t.ID, err)
 	}
 	s.mu.Lock()
 	l, ok := s.held[t.ID]
@@ -406,10 +577,9 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 	if !ok {
 		l.fence = 1
 	}
-	start := time.Now()
-	var fence int64
-	s.trips.Add(1)
-	err = s.pool.QueryRow(ctx, `WITH saved AS (
+	b := &pgx.Batch{}
+	b.Queue(lockChanges)
+	b.Queue(`WITH saved AS (
 			INSERT INTO asyncagents_tasks AS t
 				(id, parent, status, started, holder, fence, lease_until, task, server)
 			VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7, $9)
@@ -420,33 +590,65 @@ func (s *Store) Save(ctx context.Context, t asyncagents.Task) error {
 		freed AS (DELETE FROM asyncagents_slots WHERE task = $1 AND $10 AND EXISTS (SELECT 1 FROM saved))
 		SELECT fence FROM saved`,
 		t.ID, t.ParentSessionID, string(t.Status), t.Started, s.holder, s.lease, raw, l.fence, s.server,
-		t.Status.Terminal()).Scan(&fence)
+		t.Status.Terminal())
+	var fence int64
+	s.trips.Add(1)
+	br := q.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&fence)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.mu.Lock()
 		delete(s.held, t.ID)
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %s", asyncagents.ErrLeaseLost, t.ID)
+		return 0, fmt.Errorf("%w: %s", asyncagents.ErrLeaseLost, t.ID)
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: save %s: %w", t.ID, err)
+		return 0, fmt.Errorf("pgstore: save %s: %w", t.ID, err)
 	}
-	s.mu.Lock()
-	s.held[t.ID] = lease{fence: fence, until: s.valid(start)}
-	s.mu.Unlock()
-	return nil
+	return fence, nil
 }
 
 // Delete removes tasks by id, whoever holds them (a Clear is the user's word), and their
-// slots:
+// slots; what the tasks used is added to the usage of the sessions they counted under
+// (their anchors), which [Store.TreeUsage] and [Store.Admit] count, and each leaves a
+// tombstone ([Store.Changes] reports it removed). Tombstones older than an hour are pruned
+// (removedFor). One batch, one transaction, the rows locked in id order:
 //
-//	DELETE FROM asyncagents_tasks WHERE id = ANY($1); DELETE FROM asyncagents_slots WHERE task = ANY($1)
+//	SELECT pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0)
+//	WITH gone AS (DELETE FROM asyncagents_tasks WHERE id IN (SELECT id … WHERE id = ANY($1) ORDER BY id FOR UPDATE)
+//	              RETURNING anchor, summary->'usage' AS u)
+//	INSERT INTO asyncagents_cleared … SELECT anchor, sum(input), … FROM gone GROUP BY anchor ORDER BY anchor
+//	    ON CONFLICT (session) DO UPDATE SET input = input + excluded.input, …
+//	DELETE FROM asyncagents_slots WHERE task = ANY($1)
+//	WITH pruned AS (DELETE FROM asyncagents_removed WHERE removed < now() - '1 hour' RETURNING seq)
+//	UPDATE asyncagents_removed_pruned SET seq = greatest(seq, (SELECT max(seq) FROM pruned))
 func (s *Store) Delete(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(`DELETE FROM asyncagents_tasks WHERE id = ANY($1)`, ids)
+	b.Queue(lockChanges)
+	b.Queue(`WITH gone AS (
+			DELETE FROM asyncagents_tasks WHERE id IN (
+				SELECT id FROM asyncagents_tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE)
+			RETURNING anchor, summary->'usage' AS u)
+		INSERT INTO asyncagents_cleared AS c (session, input, output, reasoning, cache_read, cache_write, cost)
+		SELECT anchor, coalesce(sum((u->>'input')::bigint), 0), coalesce(sum((u->>'output')::bigint), 0),
+			coalesce(sum((u->>'reasoning')::bigint), 0), coalesce(sum((u->>'cacheRead')::bigint), 0),
+			coalesce(sum((u->>'cacheWrite')::bigint), 0), coalesce(sum((u->>'cost')::float8), 0)
+		FROM gone WHERE u IS NOT NULL GROUP BY anchor ORDER BY anchor
+		ON CONFLICT (session) DO UPDATE SET input = c.input + excluded.input, output = c.output + excluded.output,
+			reasoning = c.reasoning + excluded.reasoning, cache_read = c.cache_read + excluded.cache_read,
+			cache_write = c.cache_write + excluded.cache_write, cost = c.cost + excluded.cost`, ids)
 	b.Queue(`DELETE FROM asyncagents_slots WHERE task = ANY($1)`, ids)
+	b.Queue(`WITH pruned AS (DELETE FROM asyncagents_removed WHERE removed < now() - $1::interval RETURNING seq)
+		UPDATE asyncagents_removed_pruned SET seq = greatest(seq, (SELECT max(seq) FROM pruned))
+		WHERE EXISTS (SELECT 1 FROM pruned)`, removedFor)
 	s.trips.Add(1)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)

@@ -218,6 +218,13 @@ func TestSlotFreedWithoutRelease(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			a := open(t, srv.NewDatabase(t), 0)
+			for _, id := range []string{"ses_1", "ses_2"} {
+				queued := task(id)
+				queued.Status = asyncagents.StatusQueued
+				if err := a.Save(ctx, queued); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if got, err := a.Slots(ctx, "default", 1, []string{"ses_1", "ses_2"}); err != nil || !slices.Equal(got, []string{"ses_1"}) {
 				t.Fatalf("slots: %v, %v", got, err)
 			}

@@ -21,8 +21,9 @@ import (
 // the hand-over checks in handoff.go, the slot checks in slots.go.
 
 // TestLeaseStore runs the checks of [asyncagents.LeaseStore]'s contract on stores that open
-// gives, and those of [asyncagents.HandoffStore]'s and [asyncagents.SlotStore]'s when its
-// stores are ones (the checks of a contract they do not implement are not run), and returns
+// gives, and those of [asyncagents.HandoffStore]'s, [asyncagents.SlotStore]'s and
+// [asyncagents.LimitStore]'s when its stores are ones (the checks of a contract they do not
+// implement are not run), and returns
 // every violation, joined with [errors.Join]; nil when the stores keep the contracts. ctx is
 // passed to the stores' methods.
 //
@@ -33,8 +34,8 @@ import (
 // letters that is safe in a file name. server is the name that the store's Server must
 // return: "" or a name such as "opencode-us-2". Every store that open gives must have the
 // same lease duration, and a short one, from 300 ms to a few seconds: the checks wait for
-// leases to expire, about six times in all (with leases of 1 s, TestLeaseStore takes about
-// 7 s). TestLeaseStore closes every store it gets (with Close, when the store is an
+// leases to expire, about seven times in all (with leases of 1 s, TestLeaseStore takes about
+// 8 s). TestLeaseStore closes every store it gets (with Close, when the store is an
 // [io.Closer]) before it returns.
 //
 // The checks tell time by the local clock and take the store's clock to agree with it (a
@@ -109,6 +110,13 @@ var leaseChecks = []struct {
 	{"Slots", checkSlots},
 	{"SlotRelease", checkSlotRelease},
 	{"SlotsAtOnce", checkSlotsAtOnce},
+	{"SlotsFenced", checkSlotsFenced},
+	{"Changes", checkChanges},
+	{"ChangesBounded", checkChangesBounded},
+	{"ChangesAtOnce", checkChangesAtOnce},
+	{"AdmitCap", checkAdmitCap},
+	{"AdmitBudget", checkAdmitBudget},
+	{"AdmitAtOnce", checkAdmitAtOnce},
 }
 
 const (

@@ -97,10 +97,23 @@ func slotsOf(t *testing.T, s *storetest.SharedStore, waiting []string, want ...s
 	}
 }
 
+// queue saves queued tasks ids with s: Slots queues only those.
+func queue(t *testing.T, s *storetest.SharedStore, ids ...string) {
+	t.Helper()
+	for i, id := range ids {
+		task := storetest.FullTask(id, i)
+		task.Status = asyncagents.StatusQueued
+		if err := s.Save(t.Context(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The save of an ended task gives its slot back, even when the Manager never gets to
 // Release it, as pgstore's does.
 func TestSharedStoreEndedSaveFreesSlot(t *testing.T) {
 	a := openShared(t, 1, time.Second)[0]
+	queue(t, a, "ses_1", "ses_2")
 	slotsOf(t, a, []string{"ses_1", "ses_2"}, "ses_1")
 	ended := storetest.FullTask("ses_1", 1)
 	ended.Status = asyncagents.StatusCompleted
@@ -113,6 +126,7 @@ func TestSharedStoreEndedSaveFreesSlot(t *testing.T) {
 // Delete gives the slots of the tasks it removes back, as pgstore's does.
 func TestSharedStoreDeleteFreesSlot(t *testing.T) {
 	a := openShared(t, 1, time.Second)[0]
+	queue(t, a, "ses_1", "ses_2")
 	slotsOf(t, a, []string{"ses_1", "ses_2"}, "ses_1")
 	if err := a.Delete(t.Context(), "ses_1"); err != nil {
 		t.Fatal(err)
@@ -172,10 +186,72 @@ func TestSharedStoreAfterClose(t *testing.T) {
 	_, calls["Tasks"] = a.Tasks(ctx, "")
 	_, calls["Wanted"] = a.Wanted(ctx)
 	_, calls["Slots"] = a.Slots(ctx, "general", 1, []string{"ses_1"})
+	_, _, calls["Changes"] = a.Changes(ctx, 0, 1)
+	calls["WaitChanges"] = a.WaitChanges(ctx)
+	calls["Admit"] = a.Admit(ctx, storetest.FullTask("ses_3", 3), 0, asyncagents.Budget{})
+	_, calls["TreeUsage"] = a.TreeUsage(ctx, "ses_parent")
 	for name, err := range calls {
 		if err == nil {
 			t.Errorf("%s after Close succeeded, want an error", name)
 		}
+	}
+}
+
+// WaitChanges returns when another store changes a task, not when its own store does, and
+// Close ends it, as pgstore's does.
+func TestSharedStoreWaitChanges(t *testing.T) {
+	ss := openShared(t, 2, time.Second)
+	a, b := ss[0], ss[1]
+	ctx := t.Context()
+	wait := func() chan error {
+		c := make(chan error, 1)
+		go func() { c <- b.WaitChanges(ctx) }()
+		return c
+	}
+	woken := wait()
+	if err := b.Save(ctx, storetest.FullTask("ses_b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woken:
+		t.Fatalf("WaitChanges returned %v after its own store's save", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if !testmain.Eventually(10*time.Second, func() bool { // a saves until b, waiting meanwhile, is woken
+		if err := a.Save(ctx, storetest.FullTask("ses_a", 1)); err != nil {
+			t.Fatal(err)
+		}
+		return len(woken) > 0
+	}) {
+		t.Fatal("WaitChanges did not return within 10 s of another store's saves")
+	}
+	if err := <-woken; err != nil {
+		t.Fatalf("WaitChanges after another store's save: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Millisecond) // takes a's last save, if it came after
+	b.WaitChanges(short)
+	cancel()
+	woken = wait()
+	b.Close()
+	select {
+	case err := <-woken:
+		if err == nil {
+			t.Fatal("WaitChanges ended by Close returned nil")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitChanges did not return within 10 s of Close")
+	}
+}
+
+// Changes refuses a limit under 1, and a number it never gave (ErrLagged: read again from 0).
+func TestSharedStoreChangesErrors(t *testing.T) {
+	a := openShared(t, 1, time.Second)[0]
+	ctx := t.Context()
+	if _, _, err := a.Changes(ctx, 0, 0); !errors.Is(err, asyncagents.ErrInvalidInput) {
+		t.Errorf("Changes with limit 0: %v, want ErrInvalidInput", err)
+	}
+	if _, _, err := a.Changes(ctx, 1, 10); !errors.Is(err, asyncagents.ErrLagged) {
+		t.Errorf("Changes after a number never given: %v, want ErrLagged", err)
 	}
 }
 
@@ -285,6 +361,35 @@ func (s *faultyStore) Release(ctx context.Context, ids ...string) error {
 	return s.SharedStore.Release(ctx, ids...)
 }
 
+func (s *faultyStore) Changes(ctx context.Context, after uint64, limit int) ([]asyncagents.Change, uint64, error) {
+	switch s.fault {
+	case "changes ignore the limit":
+		limit *= 100
+	case "changes carry prompts":
+		changes, next, err := s.SharedStore.Changes(ctx, after, limit)
+		all, _ := s.SharedStore.Tasks(ctx, "")
+		for i, c := range changes {
+			for _, t := range all {
+				if t.ID == c.Task.ID {
+					changes[i].Task = t
+				}
+			}
+		}
+		return changes, next, err
+	}
+	return s.SharedStore.Changes(ctx, after, limit)
+}
+
+func (s *faultyStore) Admit(ctx context.Context, t asyncagents.Task, perParent int, budget asyncagents.Budget) error {
+	switch s.fault {
+	case "ignores the cap":
+		perParent = 0
+	case "ignores the budget":
+		budget = asyncagents.Budget{}
+	}
+	return s.SharedStore.Admit(ctx, t, perParent, budget)
+}
+
 func (s *faultyStore) Close() error {
 	if s.fault == "keeps leases when closed" {
 		return nil // the SharedMemory is dropped with the test
@@ -314,6 +419,10 @@ func TestTestLeaseStoreFindsViolations(t *testing.T) {
 		{fault: "ignores Yield", failing: []string{"Handover: Save(ses_wanted) after Yield"}},
 		{fault: "one slot more", failing: []string{"Slots: Slots(general, 2, [ses_b1 ses_b2])", "SlotRelease:", "SlotsAtOnce:"}},
 		{fault: "ignores Release", failing: []string{"Slots: Slots(general, 2, [ses_b2]) after another", "SlotRelease:", "SlotsAtOnce:"}},
+		{fault: "changes carry prompts", failing: []string{"Changes: Changes(0) of every task, after three stores saved theirs returned task ses_1 unlike its summary"}},
+		{fault: "changes ignore the limit", failing: []string{"Changes: Changes(0, 1) one at a time returned 3 changes, more than the limit"}},
+		{fault: "ignores the cap", failing: []string{"AdmitCap: Admit(ses_3, 2, none) with two active tasks", "AdmitAtOnce: of two launches at once"}},
+		{fault: "ignores the budget", failing: []string{"AdmitBudget: Admit(ses_3, 0, 1,000 tokens) with 1,100 tokens used below the parent: <nil>"}},
 		{fault: "lease only"},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {

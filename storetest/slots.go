@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/asyncagents/asyncagents"
 )
@@ -38,6 +39,25 @@ func (r *leaseRun) release(s asyncagents.SlotStore, ids ...string) bool {
 	return true
 }
 
+// queue saves the tasks ids with s, queued ([asyncagents.StatusQueued]): Slots queues only
+// the queued tasks its store holds. Their Started grows in the order of ids.
+func (r *leaseRun) queue(s asyncagents.LeaseStore, ids ...string) bool {
+	for i, id := range ids {
+		t := leaseTask(id, i, "")
+		t.Status = asyncagents.StatusQueued
+		if !r.save(s, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// end saves t with s, ended ([asyncagents.StatusCompleted]).
+func (r *leaseRun) end(s asyncagents.LeaseStore, t asyncagents.Task) bool {
+	t.Status = asyncagents.StatusCompleted
+	return r.save(s, t)
+}
+
 // checkSlots: two stores share a limit, granted in the order the tasks were queued.
 func checkSlots(r *leaseRun) {
 	ss := as[asyncagents.SlotStore](r, r.storesOf(2, ""))
@@ -45,7 +65,8 @@ func checkSlots(r *leaseRun) {
 		return
 	}
 	a, b := ss[0], ss[1]
-	_ = r.expectSlots(a, 2, []string{"ses_a1"}, "with 2 free", "ses_a1") &&
+	_ = r.queue(a, "ses_a1", "ses_a2") && r.queue(b, "ses_b1", "ses_b2") &&
+		r.expectSlots(a, 2, []string{"ses_a1"}, "with 2 free", "ses_a1") &&
 		r.expectSlots(b, 2, []string{"ses_b1", "ses_b2"}, "with 1 free, from another store", "ses_b1") &&
 		r.expectSlots(a, 2, []string{"ses_a2"}, "with none free") &&
 		r.expectSlots(b, 2, []string{"ses_b2"}, "asked again with none free") &&
@@ -64,7 +85,8 @@ func checkSlotRelease(r *leaseRun) {
 		return
 	}
 	a := ss[0]
-	_ = r.expectSlots(a, 1, []string{"ses_1"}, "with 1 free", "ses_1") &&
+	_ = r.queue(a, "ses_1", "ses_2", "ses_3", "ses_o") &&
+		r.expectSlots(a, 1, []string{"ses_1"}, "with 1 free", "ses_1") &&
 		r.expectSlots(a, 1, []string{"ses_2", "ses_3"}, "with none free") &&
 		r.release(a, "ses_2") && // queued: taken out of the queue
 		r.release(a) && r.release(a, "ses_unknown") &&
@@ -74,6 +96,53 @@ func checkSlotRelease(r *leaseRun) {
 	if err != nil || !slices.Equal(other, []string{"ses_o"}) {
 		r.errorf("Slots(other, 1, [ses_o]) while the limit %s is full: %v, %v; want [ses_o], each key its own slots", slotKey, other, err)
 	}
+}
+
+// checkSlotsFenced: a store that lost the leases of its tasks (another store claimed them once
+// they expired) neither queues them, nor learns their grants, nor gives their slots back; a
+// task that ended holds no slot and is not queued.
+func checkSlotsFenced(r *leaseRun) {
+	ss := as[asyncagents.SlotStore](r, r.storesOf(2, ""))
+	if ss == nil {
+		return
+	}
+	a, b := ss[0], ss[1]
+	saved := time.Now()
+	if !r.queue(a, "ses_1", "ses_2") || !r.expectSlots(a, 1, []string{"ses_1"}, "with 1 free", "ses_1") {
+		return
+	}
+	// a stops renewing; b claims both tasks once their leases expired.
+	claimed := map[string]bool{}
+	r.poll(saved.Add(r.lease+grace), func() bool {
+		cl, ok := r.claim(b)
+		for _, t := range cl.tasks {
+			claimed[t.ID] = true
+		}
+		return !ok || claimed["ses_1"] && claimed["ses_2"]
+	})
+	if !claimed["ses_1"] || !claimed["ses_2"] {
+		r.errorf("tasks ses_1 and ses_2 not both claimed (%v) %v after their leases of %v could expire", claimed, grace, r.lease)
+		return
+	}
+	// b renews before each of its steps: its leases must run for its tasks to be granted.
+	renew := func() bool {
+		_, err := b.Renew(r.ctx)
+		if err != nil {
+			r.errorf("Renew: %v", err)
+		}
+		return err == nil
+	}
+	_ = r.expectSlots(a, 1, []string{"ses_1", "ses_2"}, "of a store whose leases another store claimed") &&
+		r.release(a, "ses_1") &&
+		renew() && r.queue(b, "ses_3") &&
+		r.expectSlots(b, 1, []string{"ses_3"}, "after a store that lost ses_1's lease gave its slot back: ses_1 holds it still") &&
+		r.release(b, "ses_1") && renew() &&
+		r.expectSlots(b, 1, []string{"ses_3", "ses_2"}, "after ses_1's holder gave its slot back: ses_3 was queued first, "+
+			"ses_2 only by a store that had lost its lease", "ses_3") &&
+		r.end(b, leaseTask("ses_3", 0, "")) && renew() &&
+		r.expectSlots(b, 1, []string{"ses_2"}, "after the task holding the slot ended, without a Release", "ses_2") &&
+		r.end(b, leaseTask("ses_2", 1, "")) && renew() &&
+		r.expectSlots(b, 1, []string{"ses_2", "ses_3"}, "of tasks that ended")
 }
 
 // SlotsAtOnce: stores × tasks queue one at a time, the stores at once, for limit slots.
@@ -91,11 +160,16 @@ func checkSlotsAtOnce(r *leaseRun) {
 		return
 	}
 	queues := make([][]string, len(ss)) // each store's tasks, in the order it queued them
-	var wg sync.WaitGroup
 	for i, s := range ss {
 		for j := range slotTasks {
 			queues[i] = append(queues[i], fmt.Sprintf("ses_s%d_%d", i, j))
 		}
+		if !r.queue(s, queues[i]...) {
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	for i, s := range ss {
 		wg.Go(func() {
 			for _, id := range queues[i] {
 				if _, err := s.Slots(r.ctx, slotKey, slotLimit, []string{id}); err != nil {
@@ -107,20 +181,31 @@ func checkSlotsAtOnce(r *leaseRun) {
 	}
 	wg.Wait()
 	first := r.granted(ss, queues, "after the stores queued their tasks at once")
-	if first == nil || !r.release(ss[0], first...) {
+	if first == nil {
 		return
 	}
-	for i := range queues {
-		queues[i] = slices.DeleteFunc(queues[i], func(id string) bool { return slices.Contains(first, id) })
+	for i, ids := range first {
+		if !r.release(ss[i], ids...) {
+			return
+		}
+		queues[i] = queues[i][len(ids):]
 	}
 	r.granted(ss, queues, "after the first tasks to hold one gave them back")
 }
 
-// granted asks each store of ss for the slots of its queued tasks, queues[i] in the order it
-// queued them, and checks that slotLimit of them hold one, the first of each store's queue;
-// it returns those ids, or nil after recording a violation.
-func (r *leaseRun) granted(ss []asyncagents.SlotStore, queues [][]string, when string) []string {
+// granted renews the leases of ss, asks each store for the slots of its queued tasks,
+// queues[i] in the order it queued them, and checks that slotLimit of them hold one, the
+// first of each store's queue; it returns those ids by store, or nil after recording a
+// violation.
+func (r *leaseRun) granted(ss []asyncagents.SlotStore, queues [][]string, when string) [][]string {
+	for _, s := range ss {
+		if _, err := s.Renew(r.ctx); err != nil {
+			r.errorf("Renew: %v", err)
+			return nil
+		}
+	}
 	var all []string
+	byStore := make([][]string, len(ss))
 	for i, s := range ss {
 		got, err := s.Slots(r.ctx, slotKey, slotLimit, queues[i])
 		if err != nil {
@@ -133,10 +218,11 @@ func (r *leaseRun) granted(ss []asyncagents.SlotStore, queues [][]string, when s
 			return nil
 		}
 		all = append(all, got...)
+		byStore[i] = got
 	}
 	if len(all) != slotLimit {
 		r.errorf("%s, %d tasks hold a slot of %s (%v), want the limit, %d", when, len(all), slotKey, all, slotLimit)
 		return nil
 	}
-	return all
+	return byStore
 }

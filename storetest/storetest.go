@@ -13,8 +13,8 @@
 //
 // [TestLeaseStore] checks the stores that several Managers share, with several stores on the
 // same data: the contract of [asyncagents.LeaseStore], and those of
-// [asyncagents.HandoffStore] and [asyncagents.SlotStore] when the stores implement them;
-// [RunLeaseStore] runs its checks as subtests. The checks:
+// [asyncagents.HandoffStore], [asyncagents.SlotStore] and [asyncagents.LimitStore] when the
+// stores implement them; [RunLeaseStore] runs its checks as subtests. The checks:
 //   - SaveTakesLease: Save of a new task takes its lease, and Held then gives an instant before
 //     the lease could expire; Held of a task not held is the zero time; another store's Save
 //     of the task returns an error matching [asyncagents.ErrLeaseLost], and its Claim takes
@@ -36,13 +36,32 @@
 //     not.
 //   - WantedExpired: a wanted task whose lease expired is left to the store that wants it too.
 //   - Slots, SlotRelease, SlotsAtOnce: Slots gives at most limit slots of a key, over all the
-//     stores, to the tasks queued longest, in the order each store queued them, also when the
-//     stores ask at once; Release gives a slot back or takes a task out of its queue; each key
-//     has slots of its own.
+//     stores, to the queued tasks queued longest, in the order each store queued them, also
+//     when the stores ask at once; Release gives a slot back or takes a task out of its queue;
+//     each key has slots of its own.
+//   - SlotsFenced: a store that lost its tasks' leases (another store claimed them once they
+//     expired) neither queues them, nor learns their grants, nor gives their slots back; a
+//     task that ended holds no slot, without a Release, and is not queued.
+//   - Changes: Changes returns the saves, claims and removals of the tasks other stores hold,
+//     not the reader's own, oldest first, with increasing numbers, as summaries (no prompt,
+//     result, follow-ups or notifications); nothing, and the same number, when nothing changed;
+//     a task the reader gave up and another store claimed; at most limit a call, every task
+//     once when read one at a time.
+//   - ChangesBounded: a change's description, error and permission request are within the
+//     Manager's bounds ([asyncagents.MaxErrorChars] and the others).
+//   - ChangesAtOnce: a reader that reads while three stores save at once misses no change.
+//   - AdmitCap: Admit counts the active tasks of a parent, and of the session a task counts
+//     under, on every store, up to the cap (ErrTaskLimit), and not those that ended; 0 is no cap.
+//   - AdmitBudget: Admit and TreeUsage sum what the tasks below a session used on every store,
+//     nested tasks and deleted ones included; Admit refuses a task below a session whose tree,
+//     or the tree of a session above it, reached the budget (ErrBudget).
+//   - AdmitAtOnce: of two launches of a parent at once on two stores under a cap of one,
+//     exactly one passes.
 //
 // [SharedMemory] holds the data that the stores opened on it share, each a [SharedStore]: a
-// store in memory that keeps pgstore's semantics and passes TestLeaseStore, for fast tests of
-// several Managers on one store.
+// store in memory that keeps pgstore's semantics (numbered changes and tombstones, fenced
+// slots, limits counted over every store) and passes TestLeaseStore, for fast tests of several
+// Managers on one store.
 //
 // The checks start goroutines only while they run, and wait for them; a SharedMemory starts
 // none.
@@ -487,6 +506,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		Forked:          true,
 		ForkMode:        asyncagents.ForkNative,
 		Depth:           n%2 + 1,
+		AnchorSessionID: "ses_anchor",
 		Deadline:        time.Duration(n+1) * time.Minute,
 		FollowUps:       []string{"follow up " + id},
 		Progress: asyncagents.Progress{
@@ -541,6 +561,7 @@ func FullTask(id string, n int) asyncagents.Task {
 				Created: started.Add(time.Minute),
 			},
 		},
+		Seal:          fmt.Sprintf("%064x", n+1),
 		DisplayID:     id,
 		QueuePosition: n%4 + 1,
 	}
