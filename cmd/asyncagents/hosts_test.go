@@ -4,11 +4,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/mcpserver"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
@@ -33,12 +36,25 @@ type host struct {
 	exited chan struct{}
 }
 
-// startHost starts serve with tool prefix prefix on the OpenCode server srv and the store
-// store (a PostgreSQL URL), registered with srv's project, and waits until it is ready. It
-// is stopped with SIGTERM when the test ends, unless it was killed before.
-func startHost(t *testing.T, srv *opencodetest.Server, store, prefix string, extra ...string) *host {
+// hostStates returns a state folder for the serve of each of prefixes, and the option that
+// starts an OpenCode server with the companion plugin of each, signing with the token file
+// that serve creates in its folder: the bridges find their callers exactly, as after
+// `asyncagents install`, without searching the busy sessions.
+func hostStates(t *testing.T, prefixes ...string) (map[string]string, opencodetest.ServerOption) {
+	states, plugins := map[string]string{}, map[string]string{}
+	for _, prefix := range prefixes {
+		states[prefix] = filepath.Join(t.TempDir(), "state")
+		plugins[prefix+".js"] = mcpserver.Plugin(prefix, mcpserver.WithTokenFile(filepath.Join(states[prefix], "token")))
+	}
+	return states, opencodetest.WithPlugins(plugins)
+}
+
+// startHost starts serve with tool prefix prefix and its files in the folder state (see
+// hostStates) on the OpenCode server srv and the store store (a PostgreSQL URL), registered
+// with srv's project, and waits until it is ready. It is stopped with SIGTERM when the test
+// ends, unless it was killed before.
+func startHost(t *testing.T, srv *opencodetest.Server, state, store, prefix string, extra ...string) *host {
 	t.Helper()
-	state := filepath.Join(t.TempDir(), "state")
 	args := append([]string{"serve", "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory,
 		"-store", store, "-prefix", prefix, "-token-file", filepath.Join(state, "token"),
 		"-socket", filepath.Join(state, "serve.sock")}, extra...)
@@ -79,6 +95,72 @@ func (h *host) kill() {
 	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 	<-h.exited
 }
+
+// holds keeps task runs going until the test lets them end, so that what a test does while
+// tasks run never races their end: the model's reply to a task whose prompt carries
+// "[[hold:NAME]]" waits until release(NAME), then answers "released NAME". A held run is
+// busy on the server like any other.
+type holds struct {
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+}
+
+var holdRe = regexp.MustCompile(`\[\[hold:(\w+)\]\]`)
+
+// callsPrefix starts a parent's prompt that lists the tool calls its model makes in one step
+// (a JSON array of opencodetest.ToolCall).
+const callsPrefix = "CALLS:"
+
+// scriptHosts scripts srv's model for the hosts tests: a parent's prompt callsPrefix+JSON is
+// answered with those tool calls in one step, then "called N"; a task's run is held while its
+// prompt names a hold (see holds); everything else follows the directives. Every hold is
+// released when the test ends, before the server is closed.
+func scriptHosts(t *testing.T, srv *opencodetest.Server) *holds {
+	h := &holds{gates: map[string]chan struct{}{}}
+	srv.Model.SetScript(func(r *opencodetest.Request) (opencodetest.Reply, bool) {
+		_, last := r.LastUser()
+		if list, ok := strings.CutPrefix(last, callsPrefix); ok {
+			var calls []opencodetest.ToolCall
+			if err := json.Unmarshal([]byte(list), &calls); err != nil {
+				return opencodetest.Text("bad " + callsPrefix + " " + err.Error()), true
+			}
+			if len(r.ToolResultsSinceUser()) == 0 {
+				return opencodetest.Reply{ToolCalls: calls}, true
+			}
+			return opencodetest.Text(fmt.Sprintf("called %d", len(calls))), true
+		}
+		if m := holdRe.FindStringSubmatch(last); m != nil {
+			<-h.gate(m[1])
+			return opencodetest.Text("released " + m[1]), true
+		}
+		return opencodetest.Reply{}, false
+	})
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for name, g := range h.gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+			delete(h.gates, name)
+		}
+	})
+	return h
+}
+
+func (h *holds) gate(name string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gates[name] == nil {
+		h.gates[name] = make(chan struct{})
+	}
+	return h.gates[name]
+}
+
+// release lets the runs held by name end, and those that reach the model later pass.
+func (h *holds) release(name string) { close(h.gate(name)) }
 
 // storedTasks reads every task in the database at url.
 func storedTasks(t *testing.T, url string) []asyncagents.Task {
@@ -157,22 +239,27 @@ func sampleBusy(t *testing.T, c *opencode.HTTPClient, parents map[string]string)
 
 // Three serves share one PostgreSQL database in front of one OpenCode server, with a limit of
 // 40 tasks running at once. Six parents launch 60 tasks through the three bridges (OpenCode →
-// MCP → serve); one serve is SIGKILLed while the tasks run, after one parent's model cancelled
-// through one serve's bridge a task another serve held. Every task ends once (completed, that
-// one cancelled), and each parent gets exactly one notification per task: the dead serve's
-// tasks are claimed and finished by the others. Sampled every 50 ms, no more than 40 task
-// sessions are ever busy at once.
+// MCP → serve), whose runs are held until the test lets them end; one serve is SIGKILLed
+// while they run, after one parent's model cancelled through one serve's bridge a task
+// another serve held. Once the others have claimed the dead serve's running tasks, the runs
+// end. Every task ends once (completed, that one cancelled), and each parent gets exactly one
+// notification per task: the dead serve's tasks are finished by the others. Sampled every
+// 50 ms, no more than 40 task sessions are ever busy at once.
 //
 // Issue 19. H-2: a task is acted on only by the host holding its lease; when that host dies,
 // another claims the task and carries on from its record. H-3: a notification is delivered
 // exactly once across hosts. H-4: the limits count running tasks across all hosts.
 func TestHostsShareTasksAndSurviveKill(t *testing.T) {
+	t.Parallel()
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
-	srv := opencodetest.Start(t)
+	states, plugins := hostStates(t, "h0", "h1", "h2")
+	srv := opencodetest.Start(t, plugins)
+	held := scriptHosts(t, srv)
 	hosts := make([]*host, 3)
 	for i := range hosts {
-		hosts[i] = startHost(t, srv, db, fmt.Sprintf("h%d", i), "-lease", "3s", "-notify", "none",
+		prefix := fmt.Sprintf("h%d", i)
+		hosts[i] = startHost(t, srv, states[prefix], db, prefix, "-lease", "3s", "-notify", "none",
 			"-max-running", fmt.Sprint(maxRunning))
 	}
 	c := srv.Client()
@@ -187,9 +274,11 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 		ids = append(ids, parent.ID)
 	}
 	most := sampleBusy(t, c, parentOf)
+	start := time.Now()
 	launchEach(t, c, ids, perParent, []string{"h0", "h1", "h2"}, func(p, i int) string {
-		return fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"SLEEP:20 task %d of %d"}`, i, i, p)
+		return fmt.Sprintf(`{"description":"task %d","agent":"general","prompt":"[[hold:run]] task %d of %d"}`, i, i, p)
 	})
+	t.Logf("%d tasks launched in %v", parents*perParent, time.Since(start).Round(time.Millisecond))
 	stored := storedTasks(t, db)
 	if len(stored) != parents*perParent {
 		t.Fatalf("%d tasks stored, want %d", len(stored), parents*perParent)
@@ -212,13 +301,20 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "Cancelled task") {
 		t.Fatalf("h2_cancel of a task h1 holds: %s %q %s", part.State.Status, part.State.Output, part.State.Error)
 	}
-	running := heldRunning(t, db, hosts[0].cmd.Process.Pid)
+	dead := hosts[0].cmd.Process.Pid
+	running := heldRunning(t, db, dead)
 	if running == 0 {
-		t.Fatal("the serve to kill holds no running task: the tasks ended before the kill")
+		t.Fatal("the serve to kill holds no running task")
 	}
 	hosts[0].kill()
 	killed := time.Now()
 	t.Logf("killed a serve holding %d running tasks", running)
+	if !testmain.Eventually(60*time.Second, func() bool { return heldRunning(t, db, dead) == 0 }) {
+		t.Fatalf("the dead serve's running tasks were not claimed within %v", time.Since(killed))
+	}
+	t.Logf("the dead serve's tasks claimed %v after the kill", time.Since(killed).Round(time.Millisecond))
+	held.release("run")
+	released := time.Now()
 	var all []asyncagents.Task
 	if !testmain.Eventually(90*time.Second, func() bool {
 		all = storedTasks(t, db)
@@ -236,6 +332,7 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 	}) {
 		t.Fatalf("tasks not all completed and notified %v after the kill: %+v", time.Since(killed), all)
 	}
+	t.Logf("every task ended and notified %v after the runs were released", time.Since(released).Round(time.Millisecond))
 	time.Sleep(3 * time.Second) // a duplicate would come within a lease
 	checkNotifiedOnce(t, c, ids, all, perParent)
 	// `tasks` reads every serve's tasks from the database, and does not print its password.
@@ -270,6 +367,7 @@ func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, a
 			t.Fatal(err)
 		}
 		var got []string
+		text := map[string]string{} // notification message → its parts
 		for _, m := range msgs {
 			if m.Info.Role != opencode.RoleUser {
 				continue
@@ -277,6 +375,7 @@ func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, a
 			for i := 0; i+1 < len(m.Parts); i++ {
 				if !m.Parts[i].Synthetic && m.Parts[i+1].Synthetic {
 					got = append(got, m.Info.ID)
+					text[m.Info.ID] = fmt.Sprintf("%+v", m.Parts)
 					i++
 				}
 			}
@@ -292,7 +391,7 @@ func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, a
 		}
 		for _, id := range got {
 			if !want[parent][id] {
-				t.Errorf("parent %s: notification %s is none of its tasks' recorded ones", parent, id)
+				t.Errorf("parent %s: notification %s is none of its tasks' recorded ones:\n%s", parent, id, text[id])
 			}
 		}
 	}
@@ -323,16 +422,17 @@ func waitEnded(t *testing.T, url string, n int, within time.Duration) []asyncage
 }
 
 // With serves as processes of their own, one serve reaches PostgreSQL through a proxy, which
-// is cut while the tasks launched through it end. The other serve claims them when their
-// leases lapse and notifies; once the proxy lets the first serve through again, it posts
-// nothing more. Then PostgreSQL is stopped while tasks launched through both serves run and
-// end, and started again: every task ends, and each parent holds exactly one notification per
-// task.
+// is cut while the tasks launched through it run; then their runs end (they are held until
+// then). The other serve claims them when their leases lapse and notifies; once the proxy
+// lets the first serve through again, it posts nothing more. Then PostgreSQL is stopped
+// while tasks launched through both serves run, their runs end, and it is started again:
+// every task ends, and each parent holds exactly one notification per task.
 //
 // Issue 19. H-1: with a shared store, task records, the notification outbox and concurrency
 // slots live in the database. H-2: a host that cannot reach the database stops acting on its
 // tasks before its leases could have expired.
 func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
+	t.Parallel()
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	proxy := pg.NewProxy(t)
@@ -340,10 +440,12 @@ func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := opencodetest.Start(t)
+	states, plugins := hostStates(t, "h0", "h1")
+	srv := opencodetest.Start(t, plugins)
+	held := scriptHosts(t, srv)
 	opts := []string{"-lease", "3s", "-notify", "none"}
-	cut := startHost(t, srv, pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
-	startHost(t, srv, db, "h1", opts...)
+	cut := startHost(t, srv, states["h0"], pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
+	startHost(t, srv, states["h1"], db, "h1", opts...)
 	c := srv.Client()
 	var ids []string
 	for p := range 2 {
@@ -353,26 +455,27 @@ func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 		}
 		ids = append(ids, parent.ID)
 	}
-	launch := func(round, n int, sleep string, hosts ...string) {
+	launch := func(round, n int, hold string, hosts ...string) {
 		launchEach(t, c, ids, n, hosts, func(p, i int) string {
-			return fmt.Sprintf(`{"description":"round %d task %d","agent":"general","prompt":"SLEEP:%s %d/%d"}`, round, i, sleep, p, i)
+			return fmt.Sprintf(`{"description":"round %d task %d","agent":"general","prompt":"[[hold:%s]] %d/%d"}`, round, i, hold, p, i)
 		})
 	}
 
 	// The cut: h0's tasks end while it cannot reach the database.
-	launch(1, 3, "6", "h0")
+	launch(1, 3, "cut", "h0")
 	if n := heldRunning(t, db, cut.cmd.Process.Pid); n == 0 {
-		t.Fatal("h0 holds no running task: its tasks ended before the cut")
+		t.Fatal("h0 holds no running task")
 	}
 	proxy.Cut()
 	cutAt := time.Now()
+	held.release("cut")
 	waitEnded(t, db, 6, 60*time.Second)
 	t.Logf("h0's tasks completed and notified by h1 %v after the cut", time.Since(cutAt).Round(time.Millisecond))
 	proxy.Restore()
 	time.Sleep(4 * time.Second) // h0 is back: a duplicate would come within a lease or two
 
 	// The restart: tasks of both serves end while PostgreSQL is down.
-	launch(2, 4, "5", "h0", "h1")
+	launch(2, 4, "restart", "h0", "h1")
 	stored := storedTasks(t, db)
 	running := 0
 	for _, task := range stored {
@@ -381,9 +484,10 @@ func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 		}
 	}
 	if running == 0 {
-		t.Fatal("no task runs: they ended before PostgreSQL stopped")
+		t.Fatal("no task runs")
 	}
 	pg.Stop()
+	held.release("restart")
 	// The running tasks end while PostgreSQL is down: their sessions are no longer busy.
 	if !testmain.Eventually(30*time.Second, func() bool {
 		st, err := c.SessionStatus(t.Context(), "")
@@ -410,27 +514,70 @@ func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 	}
 }
 
-// launchEach has the model of each of parents launch n tasks, one after another, the parents
-// at once: task i of parent p through the bridge of serve hosts[(p+i)%len(hosts)] (its tool
-// prefix), with the arguments args(p, i). It ends the test when a launch fails.
+// launchEach has the model of each of parents launch n tasks, the parents at once: task i of
+// parent p through the bridge of serve hosts[(p+i)%len(hosts)] (its tool prefix), with the
+// arguments args(p, i). A step of a parent's model launches one task through each serve (its
+// calls of OpenCode's MCP tools run at once), and the next step the next ones. The models
+// must be scripted by scriptHosts. It ends the test when a launch fails.
 func launchEach(t *testing.T, c *opencode.HTTPClient, parents []string, n int, hosts []string, args func(p, i int) string) {
 	t.Helper()
-	var wg sync.WaitGroup
+	errs := make(chan error, len(parents))
 	for p, parent := range parents {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := range n {
-				tool := hosts[(p+i)%len(hosts)] + "_task"
-				part := callTool(t, c, parent, tool, args(p, i))
-				if part.State.Status != "completed" {
-					t.Errorf("%s: %s %s", tool, part.State.Status, part.State.Error)
+			for i := 0; i < n; i += len(hosts) {
+				var calls []opencodetest.ToolCall
+				for j := i; j < min(i+len(hosts), n); j++ {
+					calls = append(calls, opencodetest.ToolCall{Name: hosts[(p+j)%len(hosts)] + "_task", Arguments: args(p, j)})
+				}
+				if err := launchCalls(t.Context(), c, parent, calls); err != nil {
+					errs <- err
+					return
 				}
 			}
+			errs <- nil
 		}()
 	}
-	wg.Wait()
+	for range parents {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// launchCalls has the model of parent make calls in one step and checks that each launched
+// a task.
+func launchCalls(ctx context.Context, c *opencode.HTTPClient, parent string, calls []opencodetest.ToolCall) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	list, _ := json.Marshal(calls)
+	reply, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(callsPrefix + string(list))}})
+	if err != nil {
+		return fmt.Errorf("parent %s: %w", parent, err)
+	}
+	msgs, err := c.Messages(ctx, parent, 0)
+	if err != nil {
+		return fmt.Errorf("parent %s: %w", parent, err)
+	}
+	launched := 0
+	for _, m := range msgs {
+		if m.Info.Role != opencode.RoleAssistant || m.Info.ParentID != reply.Info.ParentID {
+			continue
+		}
+		for _, p := range m.Parts {
+			if p.Type != opencode.PartTool || p.State == nil {
+				continue
+			}
+			if p.State.Status != opencode.ToolCompleted || !strings.Contains(p.State.Output, "Background task launched") {
+				return fmt.Errorf("parent %s: %s: %s %q %s", parent, p.Tool, p.State.Status, p.State.Output, p.State.Error)
+			}
+			launched++
+		}
+	}
+	if launched != len(calls) {
+		return fmt.Errorf("parent %s: %d tasks launched in its step, want %d", parent, launched, len(calls))
+	}
+	return nil
 }

@@ -33,8 +33,8 @@ func TestMain(m *testing.M) {
 	testmain.Run(m, shared.Close, func() { os.RemoveAll(state) })
 }
 
-// shared is an OpenCode server for the tests that need no instance of their own: the
-// bridges they register there do not matter to the others.
+// shared is the OpenCode server of the serve tests that need no server of their own: each
+// registers its bridge with a project folder of its own on it (see project), or with none.
 var shared opencodetest.Shared
 
 // runCmd runs the command line and returns its exit code, stdout and stderr.

@@ -26,18 +26,18 @@ import (
 
 // the bridge's token does not open the status API.
 func TestServeRegistersAndServes(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv, dir, c := project(t)
 	state, args := stateArgs(t)
 	store, tokenFile, socket := filepath.Join(state, "tasks.jsonl"), filepath.Join(state, "token"), filepath.Join(state, "serve.sock")
-	s := startServe(t, append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory)...)
-	if !strings.Contains(s.out.String(), srv.Directory+": registered (POST /mcp") {
+	s := startServe(t, append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", dir)...)
+	if !strings.Contains(s.out.String(), dir+": registered (POST /mcp") {
 		t.Fatalf("serve did not register with the project:\n%s", s.out)
 	}
 	if fi, err := os.Stat(socket); socketSupported && (err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600) {
 		t.Errorf("socket %s: %v, %v; want a socket of mode 0600", socket, fi.Mode(), err)
 	}
 
-	c := srv.Client()
 	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +143,7 @@ func TestServeRegistersAndServes(t *testing.T) {
 // carries the plugin's caller. Issue 3: serve says the entry comes from the project's
 // opencode.json, and after a restart of serve it reconnects the instance to the new serve.
 func TestServeWithInstalledEntryAndPlugin(t *testing.T) {
+	t.Parallel()
 	state, args := stateArgs(t)
 	tokenFile := filepath.Join(state, "token")
 	if _, err := loadToken(tokenFile, true); err != nil {
@@ -187,16 +188,16 @@ func TestServeWithInstalledEntryAndPlugin(t *testing.T) {
 // old entry holds the token of its day — and serve says so rather than "from its config".
 // An entry in the project's config for another URL is overridden the same way, with a word.
 func TestServeRestartRegistersAgain(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv, dir, c := project(t)
 	state, args := stateArgs(t)
 	tokenFile := filepath.Join(state, "token")
-	args = append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory)
-	c := srv.Client()
+	args = append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", dir)
 	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherURL := filepath.Join(srv.Directory, ".opencode", "opencode.jsonc")
+	otherURL := filepath.Join(dir, ".opencode", "opencode.jsonc")
 	for run, tc := range []struct {
 		before func()
 		want   string
@@ -220,8 +221,8 @@ func TestServeRestartRegistersAgain(t *testing.T) {
 			tc.before()
 		}
 		s := startServe(t, args...)
-		if out := s.out.String(); !strings.Contains(out, srv.Directory+tc.want) {
-			t.Fatalf("serve run %d: want %q:\n%s", run+1, srv.Directory+tc.want, out)
+		if out := s.out.String(); !strings.Contains(out, dir+tc.want) {
+			t.Fatalf("serve run %d: want %q:\n%s", run+1, dir+tc.want, out)
 		}
 		part := callTool(t, c, parent.ID, "asyncagents_list", `{}`)
 		if part.State.Status != "completed" {
@@ -236,6 +237,7 @@ func TestServeRestartRegistersAgain(t *testing.T) {
 // Issue 2: serve without -dir starts (the bridge finds callers in the server's own
 // directory) and prints the entry for opencode.json, as its help says.
 func TestServeWithoutDirPrintsEntry(t *testing.T) {
+	t.Parallel()
 	srv := shared.Get(t)
 	state, args := stateArgs(t)
 	s := startServe(t, append(args, "-url", srv.URL, "-listen", "127.0.0.1:0")...)
@@ -276,11 +278,12 @@ func TestServeLongAnswersOutliveReadTimeout(t *testing.T) {
 	if !socketSupported {
 		t.Skip("the event stream is read through the socket")
 	}
+	t.Parallel()
 	const readTimeout = 500 * time.Millisecond
-	srv := shared.Get(t) // registers the bridge with it, which TestServeWithoutDirPrintsEntry does not mind
+	srv, dir, c := project(t)
 	state, args := stateArgs(t)
 	s := startServeWith(t, func(c *serveConfig) { c.http.readHeader, c.http.read = readTimeout, readTimeout },
-		append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory)...)
+		append(args, "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", dir)...)
 	local := socketClient(t, filepath.Join(state, "serve.sock"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -312,7 +315,6 @@ func TestServeLongAnswersOutliveReadTimeout(t *testing.T) {
 
 	mcpGet := openMCPStream(t, ctx, s.addr, filepath.Join(state, "token"))
 
-	c := srv.Client()
 	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
 		t.Fatal(err)
@@ -403,16 +405,18 @@ func openMCPStream(t *testing.T, ctx context.Context, addr, tokenFile string) <-
 // Issue 17 item 10. S-5: what a model can start is bounded by default (limits, per-parent
 // cap, deadline).
 func TestServeBoundsWhatModelsStart(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv, dir, c := project(t)
 	_, args := stateArgs(t)
-	startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", srv.Directory,
+	startServe(t, append(args, "-url", srv.URL, "-listen", freeAddr(t), "-dir", dir,
 		"-max-per-parent", "1", "-max-running", "3", "-deadline", "20m", "-stale-timeout", "5m", "-task-budget-tokens", "500000")...)
-	c := srv.Client()
 	parent, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "parent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"slow","agent":"general","prompt":"SLEEP:20"}`)
+	// The first task runs until the test ends (project aborts it): the second launch is
+	// refused while it runs, however long the launches take.
+	first := callTool(t, c, parent.ID, "asyncagents_task", `{"description":"slow","agent":"general","prompt":"SLEEP:600"}`)
 	if first.State.Status != "completed" || !strings.Contains(first.State.Output, "Background task launched") {
 		t.Fatalf("first launch: %s %s %s", first.State.Status, first.State.Output, first.State.Error)
 	}
@@ -440,6 +444,8 @@ func TestServeBoundsWhatModelsStart(t *testing.T) {
 // Issue 17 item 6: OpenCode's TUI, run with --port, serves what serve needs: serve registers
 // the bridge with it, the model of a session launches a task through the tools, the task
 // completes and the parent is notified, as with `opencode serve`.
+//
+// Not parallel: the TUI renders all the time it runs, so it runs alone, as briefly as it can.
 func TestServeBesideTheTUI(t *testing.T) {
 	if !socketSupported {
 		t.Skip("the TUI runs in a pseudo-terminal of script(1), on Unix")

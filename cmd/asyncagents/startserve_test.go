@@ -10,11 +10,13 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
 // The harness of the serve tests (serve_test.go): serve run in the test process, its
@@ -126,6 +128,31 @@ func startServeWith(t *testing.T, tweak func(*serveConfig), args ...string) *ser
 		t.Fatalf("serve printed no bridge URL:\n%s", out)
 	}
 	return &serving{addr: m[1], out: out, log: errOut, stop: stop}
+}
+
+var projects atomic.Int64
+
+// project returns the package's shared OpenCode server, a new project folder on it and a
+// client scoped to that folder: a test that registers its serve's bridge with the folder's
+// instance shares the server, not the instance, with the tests that run beside it. When the
+// test ends, the folder's busy sessions are aborted.
+func project(t *testing.T) (*opencodetest.Server, string, *opencode.HTTPClient) {
+	t.Helper()
+	srv := shared.Get(t)
+	dir, err := srv.NewProject(fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), projects.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(opencode.WithDirectory(dir))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, _ := c.SessionStatus(ctx, "")
+		for id := range st {
+			_ = c.Abort(ctx, id)
+		}
+	})
+	return srv, dir, c
 }
 
 // freeAddr returns a loopback address that was free a moment ago, for a serve that must
