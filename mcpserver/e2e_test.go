@@ -41,6 +41,17 @@ const (
 	modeLookup = "lookup"
 )
 
+// The fixtures' OpenCode servers give the bridge an MCP timeout of e2eMCPTimeout (the entry's
+// "timeout"; OpenCode's own default is 60 s), and the bridge keeps calls alive every
+// e2eKeepalive: a call that lasts longer than the timeout completes only through the
+// keepalive's progress notifications, which TestBlockingOutputOutlivesTimeout shows in
+// seconds rather than minutes. The margin of ten keepalives per timeout holds on a loaded
+// machine.
+const (
+	e2eMCPTimeout = 10 * time.Second
+	e2eKeepalive  = time.Second
+)
+
 // fixture is an OpenCode server whose project has the bridge as MCP server "asyncagents".
 type fixture struct {
 	mode    string
@@ -135,8 +146,10 @@ func startFixture(mode string) (f *fixture, err error) {
 		return f, err
 	}
 	remote := mcpserver.RemoteConfig(f.http.URL, token)
+	remote.Timeout = int(e2eMCPTimeout.Milliseconds())
 	var opts []opencodetest.ServerOption
-	bridgeOpts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(slog.New(f.logs))}
+	bridgeOpts := []mcpserver.Option{mcpserver.WithToken(token), mcpserver.WithLogger(slog.New(f.logs)),
+		mcpserver.WithKeepalive(e2eKeepalive)}
 	if mode == modePlugin {
 		// B-3: the generated plugin, signing with the token file, loaded by a server with
 		// plugins on; the bridge in the project's opencode.json.
@@ -635,14 +648,13 @@ func TestParallelCallsOfOneSession(t *testing.T) {
 	}
 }
 
-// B-2: a blocking asyncagents_output that waits longer than OpenCode's 60 s MCP timeout
-// completes, because the bridge's progress notifications restart the timeout.
+// B-2: a blocking asyncagents_output that waits longer than OpenCode's MCP timeout (here
+// e2eMCPTimeout, 60 s by default) completes, because the bridge's progress notifications
+// restart the timeout.
 func TestBlockingOutputOutlivesTimeout(t *testing.T) {
-	if testing.Short() {
-		t.Skip("takes 75 s")
-	}
 	t.Parallel()
 	f := getFixture(t, modePlugin)
+	const sleep = 5 * e2eMCPTimeout / 2
 	key := newKey()
 	f.setScript(t, key, func(r *opencodetest.Request) (opencodetest.Reply, bool) {
 		_, last := r.LastUser()
@@ -651,7 +663,7 @@ func TestBlockingOutputOutlivesTimeout(t *testing.T) {
 		case !strings.Contains(last, "wait long"):
 			return opencodetest.Text("noted"), true // the notification
 		case len(results) == 0:
-			return opencodetest.CallTool("asyncagents_task", `{"description":"slow `+key+`","prompt":"SLEEP:70","agent":"general"}`), true
+			return opencodetest.CallTool("asyncagents_task", fmt.Sprintf(`{"description":"slow %s","prompt":"SLEEP:%g","agent":"general"}`, key, sleep.Seconds())), true
 		case len(results) == 1:
 			return opencodetest.CallTool("asyncagents_output", fmt.Sprintf(`{"task_id":%q,"block":true,"timeout":200}`, launchedID(r))), true
 		}
@@ -659,17 +671,17 @@ func TestBlockingOutputOutlivesTimeout(t *testing.T) {
 	})
 	parent := f.newParent(t)
 	f.prompt(t, parent, key+" wait long")
-	msgs := f.waitReply(t, parent, "waited", 150*time.Second)
+	msgs := f.waitReply(t, parent, "waited", sleep+90*time.Second)
 	parts, _ := toolParts(msgs, "asyncagents_output")
 	if len(parts) != 1 {
 		t.Fatalf("output parts:\n%s", dump(msgs))
 	}
 	st := parts[0].State
 	took := time.Duration(st.Time.End-st.Time.Start) * time.Millisecond
-	if st.Status != opencode.ToolCompleted || !strings.Contains(st.Output, "slept 70") || took < 65*time.Second {
+	if st.Status != opencode.ToolCompleted || !strings.Contains(st.Output, fmt.Sprintf("slept %g", sleep.Seconds())) || took < 2*e2eMCPTimeout {
 		t.Fatalf("output after %v: %s %q %q", took, st.Status, st.Output, st.Error)
 	}
-	t.Logf("blocking output completed after %v", took)
+	t.Logf("blocking output completed after %v (MCP timeout %v)", took, e2eMCPTimeout)
 }
 
 // B-1 (issue 16a): parents A and B make the same blocking output call at the same moment,
