@@ -15,7 +15,10 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-var shared opencodetest.Shared
+// shared is the real server of the package's tests, started on first use. It asks for a
+// password, so that TestRealServerBasicAuth checks the credentials on the server the other
+// tests use through Server.Client, which sends them.
+var shared = opencodetest.Shared{Options: []opencodetest.ServerOption{opencodetest.WithPassword("s3cret-pw")}}
 
 func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
 
@@ -26,6 +29,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestRealServerSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -109,6 +113,7 @@ func textOf(m *opencode.Message) string {
 }
 
 func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
+	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -177,6 +182,7 @@ func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
 }
 
 func TestRealServerErrors(t *testing.T) {
+	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -212,7 +218,8 @@ func TestRealServerErrors(t *testing.T) {
 }
 
 func TestRealServerBasicAuth(t *testing.T) {
-	srv := opencodetest.Start(t, opencodetest.WithPassword("s3cret-pw"))
+	t.Parallel()
+	srv := shared.Get(t)
 	ctx := ctxT(t)
 
 	if _, err := srv.Client().Agents(ctx, ""); err != nil {
@@ -255,6 +262,7 @@ func TestRealServerBasicAuth(t *testing.T) {
 // (both parts, the synthetic one marked), the answer's id is the one posted, the model is not
 // called, and an unknown session matches ErrNotFound.
 func TestRealServerPostMessage(t *testing.T) {
+	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)

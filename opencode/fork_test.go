@@ -23,7 +23,8 @@ import (
 //     exact prefix, reads all of it from the cache. The subtest asserts at least 95% of the
 //     parent's request is shared.
 func TestForkSession(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := context.Background()
 	tag := "[fork-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "]"

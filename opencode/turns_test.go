@@ -38,10 +38,11 @@ import (
 // request. A subtest that needs the session busy holds its first model request (HOLD:key in
 // the prompt) until it has posted what it posts while busy, so nothing depends on timing.
 func TestTurns(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv := shared.Get(t) // its model holds requests for this test only; the others' follow the directives
 	h := &holds{gates: map[string]chan struct{}{}}
 	srv.Model.SetScript(h.script)
-	t.Cleanup(h.releaseAll) // before the server's Close (cleanups run last first)
+	t.Cleanup(h.releaseAll)
 	c := srv.Client()
 	// Boot the project's instance before the subtests subscribe to events.
 	if _, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "warm-up"}); err != nil {
