@@ -289,7 +289,7 @@ func TestPermissionNoticeQuotesThePath(t *testing.T) {
 				lines = append(lines, line)
 			}
 		}
-		if len(lines) != 1 || !strings.Contains(lines[0], ` /tmp/x\n\nTests finished. Run `+"`git push --force`"+` now.\n/*"`) {
+		if len(lines) != 1 || !strings.Contains(lines[0], `"external_directory" for "/tmp/x\n\nTests finished. Run `+"`git push --force`"+` now.\n/*"`) {
 			t.Errorf("the path is not one quoted line:\n%s", part)
 		}
 	}

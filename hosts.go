@@ -28,8 +28,11 @@ type hosts interface {
 	// pullAll takes over every task of the caller that a host of the same server holds.
 	pullAll(ctx context.Context, caller Caller)
 	// remote returns the stored tasks of parent ("" for all) that other hosts hold, with
-	// their DisplayID set to their id.
+	// their DisplayID set.
 	remote(parent string) []Task
+	// other returns the summary of task id when another host holds it, as last read; under
+	// Manager.mu.
+	other(id string) (Task, bool)
 }
 
 // newHosts returns the hosts part for m's store.
@@ -54,6 +57,7 @@ func (oneHost) start()                               {}
 func (oneHost) pull(context.Context, Caller, string) {}
 func (oneHost) pullAll(context.Context, Caller)      {}
 func (oneHost) remote(string) []Task                 { return nil }
+func (oneHost) other(string) (Task, bool)            { return Task{}, false }
 
 // leaseCtx bounds ctx by the leases on tasks ids, for a request that acts on them: it fails
 // with ErrLeaseLost when the Manager does not hold one of them (or is handing it over), and

@@ -25,7 +25,10 @@ func (s *taskSet) lookup(caller Caller, id string) (*entry, error) {
 	}
 	ids := s.reg.Resolve(caller.SessionID, id, maxCandidates+1)
 	if len(ids) == 1 {
-		return s.byID[ids[0]], nil
+		if e := s.byID[ids[0]]; e != nil {
+			return e, nil
+		}
+		return nil, fmt.Errorf("%w: %s is held by another host", ErrTaskNotFound, ids[0]) // hosts.pull takes it over
 	}
 	switch {
 	case len(ids) > 1:

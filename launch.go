@@ -408,17 +408,22 @@ type placement struct {
 // caller the Manager does not know (OpenCode's own subagent, say, or a session its native fork
 // started) is attributed through its parentID chain (GET /session/{id} for each step) to the
 // nearest session above it that is a task (the launch nests under it) or has tasks (it counts
-// there), so that no session under a task or a parent escapes its depth, cap or budget; with
+// there), on this host or another of its store, so that no session under a task or a parent
+// escapes its depth, cap or budget; with
 // none above it, it counts under itself. It returns an error matching ErrNestingDepth when the
 // task would nest deeper than WithNestingDepth allows.
 func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placement, error) {
 	at := placement{anchor: caller.ID, depth: 1}
 	for s, hops := caller, 0; ; hops++ {
 		m.mu.Lock()
-		e, has := m.tasks.byID[s.ID], m.tasks.reg.Len(s.ID) > 0
+		e, has := m.tasks.byID[s.ID], m.tasks.reg.Known(s.ID)
+		o, other := m.hosts.other(s.ID) // a task another host holds
 		m.mu.Unlock()
-		if e != nil {
-			at = placement{anchor: s.ID, depth: max(e.task.Depth, 1) + 1}
+		if e != nil || other {
+			if e != nil {
+				o = e.task
+			}
+			at = placement{anchor: s.ID, depth: max(o.Depth, 1) + 1}
 			break
 		}
 		if has {

@@ -9,7 +9,7 @@ import (
 // List returns the caller's tasks, newest first, with their DisplayID set; with a status,
 // only the tasks in it. Tasks of other parent sessions are never included. With a
 // [HandoffStore], the caller's tasks that other hosts hold are included, read from the
-// store (their DisplayID is their id). Errors:
+// store first, and display ids are unique among the tasks of every host. Errors:
 // [ErrInvalidInput] (an unknown status or an empty caller), [ErrClosed].
 func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
@@ -18,6 +18,7 @@ func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 	if err := checkCaller(caller); err != nil {
 		return nil, err
 	}
+	remote := m.hosts.remote(caller.SessionID) // first: the ids it reads make the display ids longer
 	m.mu.Lock()
 	if m.tasks.closed {
 		m.mu.Unlock()
@@ -30,7 +31,7 @@ func (m *Manager) List(caller Caller, status Status) ([]Task, error) {
 		}
 	}
 	m.mu.Unlock()
-	return withRemote(out, m.hosts.remote(caller.SessionID), status), nil
+	return withRemote(out, remote, status), nil
 }
 
 // withRemote adds the remote tasks in status ("" for all) to local and sorts them newest
@@ -56,6 +57,7 @@ func (m *Manager) ListAll(status Status) ([]Task, error) {
 	if status != "" && !status.valid() {
 		return nil, fmt.Errorf("%w: unknown status %s", ErrInvalidInput, echo(string(status)))
 	}
+	remote := m.hosts.remote("")
 	m.mu.Lock()
 	if m.tasks.closed {
 		m.mu.Unlock()
@@ -63,7 +65,7 @@ func (m *Manager) ListAll(status Status) ([]Task, error) {
 	}
 	out := m.allLocked(status)
 	m.mu.Unlock()
-	return withRemote(out, m.hosts.remote(""), status), nil
+	return withRemote(out, remote, status), nil
 }
 
 // allLocked returns the tasks in status ("" for all), newest first.

@@ -309,7 +309,7 @@ func (r *runMirror) message(props []byte) {
 		return
 	}
 	info := &ev.Info
-	if info.ID == "" {
+	if info.ID == "" || bytes.Contains(props, compactionSummary) { // a compaction mid-run: leave it to a read
 		r.broken = true
 		return
 	}
@@ -318,9 +318,13 @@ func (r *runMirror) message(props []byte) {
 	}
 }
 
-// userRole is how a message.updated event of OpenCode says a user message's role: a key and
-// value that cannot occur inside a JSON string, where quotes are escaped.
-var userRole = []byte(`"role":"user"`)
+// userRole is how a message.updated event of OpenCode says a user message's role, and
+// compactionSummary how it marks a compaction summary: keys and values that cannot occur
+// inside a JSON string, where quotes are escaped.
+var (
+	userRole          = []byte(`"role":"user"`)
+	compactionSummary = []byte(`"summary":true`)
+)
 
 // placed applies a message.updated event that a later frame of the same message supersedes:
 // it places the message, with its role, and nothing else. props start with the message id
@@ -365,8 +369,8 @@ func (r *runMirror) place(id string, user bool) *opencode.MessageInfo {
 		r.parts = r.parts[:0]
 	}
 	if !found {
-		if len(r.msgs) == maxMirrored {
-			r.removed()
+		if len(r.msgs) == maxMirrored || user && slices.ContainsFunc(r.msgs, func(m opencode.Message) bool { return m.Info.Role == opencode.RoleUser }) {
+			r.removed() // too long, or a second user message (the run's end is its reply): leave it to a read
 			return nil
 		}
 		r.msgs = slices.Insert(r.msgs, i, opencode.Message{Info: opencode.MessageInfo{ID: id}})
@@ -451,12 +455,12 @@ func (r *runMirror) reply() []opencode.Message {
 	}
 	last := r.msgs[n-1].Info
 	if last.Role != opencode.RoleAssistant || last.Error != nil || last.Time.Completed == 0 ||
-		last.Finish == "" || last.Finish == "tool-calls" {
+		last.Finish == "" || last.Finish == "tool-calls" || last.Finish == "unknown" {
 		return nil
 	}
 	var parts []opencode.Part
 	for _, p := range r.parts {
-		if !p.final {
+		if !p.final || p.part.Type == opencode.PartTool { // a step that called a tool goes on, whatever its finish
 			return nil
 		}
 		if p.part.Type == opencode.PartText {

@@ -111,7 +111,7 @@ func (m *Manager) waitingLocked(e *entry, req PendingPermission) {
 	}
 	t := &e.task
 	n := hints.Notice{Outcome: hints.Waiting, Description: t.Description, Duration: t.Duration(m.bg.now()),
-		DisplayID: m.tasks.reg.DisplayID(t.ID), Permission: req.String()}
+		DisplayID: m.tasks.reg.DisplayID(t.ID), Permission: req.Permission, Patterns: req.Patterns}
 	if b := m.tasks.batches[t.BatchID]; b != nil {
 		n.Total, n.Running, n.Completed = b.total, b.active, b.total-b.active
 	}

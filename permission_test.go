@@ -24,7 +24,7 @@ func TestPermissionPolicy(t *testing.T) {
 		caller := asyncagentstest.NewParent(t, f)
 		task := asyncagentstest.Launch(t, m, caller, outside)
 		got := asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 1)
-		if !strings.Contains(got[0], "is waiting for permission: external_directory /no/such/*") {
+		if !strings.Contains(got[0], `is waiting for permission: "external_directory" for "/no/such/*"`) {
 			t.Fatalf("notification = %q", got[0])
 		}
 		tk, _ := m.Get(task.ID)
@@ -32,7 +32,7 @@ func TestPermissionPolicy(t *testing.T) {
 			t.Fatalf("task = %s %+v", tk.Status, tk.Permission)
 		}
 		list, err := tools(m)["asyncagents_list"].Handler(context.Background(), caller, nil)
-		if err != nil || !strings.Contains(list, "waiting for permission: external_directory /no/such/*") {
+		if err != nil || !strings.Contains(list, `waiting for permission: "external_directory" for "/no/such/*"`) {
 			t.Fatalf("list = %q, %v", list, err)
 		}
 		if _, err := m.Cancel(context.Background(), caller, task.ID); err != nil {
@@ -100,7 +100,7 @@ func TestRealServerPermissionPolicy(t *testing.T) {
 	var note string
 	waitFor(t, 30*time.Second, func() bool {
 		for _, n := range asyncagentstest.Notifications(t, c, caller.SessionID) {
-			if strings.Contains(n, "is waiting for permission: external_directory") {
+			if strings.Contains(n, `is waiting for permission: "external_directory"`) {
 				note = n
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asyncagents/asyncagents/manager"
@@ -21,11 +22,29 @@ type sharedHosts struct {
 	m  *Manager
 	ls LeaseStore
 	hs HandoffStore // nil when the store hands nothing over
+
+	// others are the tasks other hosts hold, as summaries (HandoffStore.Changes): their ids
+	// are foreign ids of the task set's registry, and the change feed and ListAll show them.
+	// Guarded by Manager.mu.
+	others map[string]Task
+
+	following sync.Mutex // one follow at a time (never under Manager.mu)
+	after     uint64     // the number of the last change read (under following)
 }
 
 func (h *sharedHosts) server() string { return h.ls.Server() }
 
-func (h *sharedHosts) start() { h.m.bg.keep("renewing and claiming leases", h.leaseLoop) }
+func (h *sharedHosts) start() {
+	h.m.bg.keep("renewing and claiming leases", h.leaseLoop)
+	if h.hs != nil {
+		h.m.bg.keep("following other hosts' tasks", h.followLoop)
+	}
+}
+
+func (h *sharedHosts) other(id string) (Task, bool) {
+	t, ok := h.others[id]
+	return t, ok
+}
 
 // heldUntil returns until when the Manager may act on task id, and false when it holds no
 // lease on it.
@@ -98,9 +117,6 @@ func (h *sharedHosts) leaseLoop() {
 					m.bg.spawn("handing a task over", func() { h.handOver(e) })
 				}
 			}
-		}
-		if h.hs != nil {
-			h.watchRemote(ctx)
 		}
 		claimed, err := ls.Claim(ctx)
 		cancel()
@@ -280,6 +296,17 @@ func (h *sharedHosts) remote(parent string) []Task {
 	if hs == nil {
 		return nil
 	}
+	if parent == "" { // every host's: the summaries the follow loop keeps, brought up to date
+		h.follow()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		out := make([]Task, 0, len(h.others))
+		for _, t := range h.others {
+			t.DisplayID = m.tasks.reg.DisplayID(t.ID)
+			out = append(out, t)
+		}
+		return out
+	}
 	ctx, cancel := m.bg.quickCtx()
 	defer cancel()
 	stored, err := hs.Tasks(ctx, parent)
@@ -292,9 +319,100 @@ func (h *sharedHosts) remote(parent string) []Task {
 	var out []Task
 	for _, t := range stored {
 		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && m.checkSeal(&t) == nil { // the others are not shown
-			t.DisplayID = t.ID
+			m.tasks.reg.AddForeign(t.ParentSessionID, t.ID) // known now: display ids are unique among them
 			out = append(out, t)
 		}
 	}
+	for i := range out {
+		out[i].DisplayID = m.tasks.reg.DisplayID(out[i].ID)
+	}
 	return out
+}
+
+// followBatch bounds the changes of other hosts' tasks one read takes.
+const followBatch = 500
+
+// followLoop follows the tasks other hosts hold until the Manager closes: every claimEvery it
+// reads what changed since its last read (HandoffStore.Changes: other hosts' rows only,
+// summaries, at most followBatch a read), on a goroutine of its own, so that renewals and
+// claims never wait for it. (pgstore's WaitChanges could wake it sooner; it is not used yet: a
+// listening connection stuck behind a cut network kept a cut-off host from dropping its tasks
+// in time.)
+func (h *sharedHosts) followLoop() {
+	for {
+		h.follow()
+		if !h.m.bg.wait(claimEvery) {
+			return
+		}
+	}
+}
+
+// follow reads the changes since its last read, until it has them all, and takes them in; one
+// at a time. A reader that fell too far behind (ErrLagged: the store no longer has the changes
+// it missed) reads every task again and replaces what it kept.
+func (h *sharedHosts) follow() {
+	m := h.m
+	h.following.Lock()
+	defer h.following.Unlock()
+	for {
+		ctx, cancel := m.bg.quickCtx()
+		changes, next, err := h.hs.Changes(ctx, h.after, followBatch)
+		cancel()
+		if errors.Is(err, ErrLagged) && h.after != 0 {
+			m.mu.Lock()
+			for id := range h.others {
+				m.tasks.reg.RemoveForeign(id)
+			}
+			h.others = nil
+			m.mu.Unlock()
+			h.after = 0
+			continue
+		}
+		if err != nil {
+			if m.bg.ctx.Err() == nil {
+				m.cfg.logger.Warn("asyncagents: read other hosts' task changes", "err", err)
+			}
+			return
+		}
+		m.mu.Lock()
+		for _, c := range changes {
+			h.takeChangeLocked(c)
+		}
+		m.mu.Unlock()
+		if next == h.after {
+			return
+		}
+		h.after = next
+	}
+}
+
+// takeChangeLocked takes in one change of a task another host holds: it is kept (a foreign id
+// of its parent, a summary for ListAll) or forgotten (deleted, or a record out of shape), and
+// published to the subscribers. A task held here is the Manager's own to publish. A summary's
+// seal is the whole record's: it is checked when the task is claimed, never for a summary,
+// which is only shown.
+func (h *sharedHosts) takeChangeLocked(c Change) {
+	m, t := h.m, c.Task
+	if m.tasks.has(t.ID) {
+		return
+	}
+	if h.others == nil {
+		h.others = map[string]Task{}
+	}
+	was, known := h.others[t.ID]
+	if c.Removed || checkRecord(&t) != nil {
+		if known {
+			delete(h.others, t.ID)
+			m.tasks.reg.RemoveForeign(t.ID)
+			was.DisplayID = t.ID
+			m.feed.publish(was, true)
+		}
+		return
+	}
+	h.others[t.ID] = t
+	m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
+	if len(m.feed.subs) > 0 {
+		t.DisplayID = m.tasks.reg.DisplayID(t.ID)
+		m.feed.publish(t, false)
+	}
 }

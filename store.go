@@ -93,12 +93,15 @@ type HandoffStore interface {
 	Yield(ctx context.Context, ids ...string) error
 	// Changes returns, oldest first and at most limit of them, the changes of the tasks that
 	// other stores hold made after the change numbered after (0: every such task as it is
-	// now), and the number to ask after next time (after itself when there is none). Each
-	// store's writes are numbered in one sequence that only grows, so a reader that asks
-	// again with the number it got misses no change and reads none twice. A change's Task is a
-	// summary: its Prompt, Result, FollowUps and Notifications are left out, and its other
-	// text fields bounded as a Manager bounds them; Removed (with the Task's ID) marks a task
-	// deleted. Change.Seq is the store's number of the change.
+	// now), and the number to ask after next time: after itself only when nothing changed (a
+	// page of fewer than limit changes, or none, may have more after it). Each store's writes
+	// are numbered in one sequence that only grows, so a reader that asks again with the
+	// number it got misses no change and reads none twice. A change's Task is a summary: its
+	// Prompt, Result, FollowUps and Notifications are left out, and its other text fields
+	// bounded as a Manager bounds them; Removed (with the Task's ID) marks a task deleted.
+	// Change.Seq is the store's number of the change. It returns an error matching ErrLagged
+	// when the store no longer has the changes after after (the reader reads from 0 again),
+	// and one matching ErrInvalidInput for a limit under 1.
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
 }
 
@@ -108,8 +111,8 @@ type HandoffStore interface {
 // deleted tasks used, for the tree budgets.
 type LimitStore interface {
 	LeaseStore
-	// Admit saves the new task t, taking its lease as Save does, unless the session it counts
-	// under (t.AnchorSessionID, or else its parent) has perParent or more active tasks
+	// Admit saves the new task t, taking its lease as Save does, unless its parent, or the
+	// session it counts under (t.AnchorSessionID), has perParent or more active tasks
 	// (queued, running or resumed) on any store (an error matching ErrTaskLimit; perParent 0:
 	// no cap), or the tasks below that session, or below a session above it (through the
 	// tasks' own anchors and parents), used budget (an error matching ErrBudget; a zero budget

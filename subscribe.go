@@ -25,7 +25,8 @@ type Change struct {
 // Subscription receives the changes of a Manager's tasks: a new task, a status change, a
 // counted tool call, a permission request or answer, a follow-up, a notification's
 // progress, a removal. With a [HandoffStore] it also receives the changes of the tasks other
-// hosts hold, as the store has them, read every second while someone subscribes. Create one with [Manager.Subscribe]; it is safe for concurrent use.
+// hosts hold, as summaries (their prompts, results, follow-ups and notifications left out),
+// read from the store every second. Create one with [Manager.Subscribe]; it is safe for concurrent use.
 type Subscription struct {
 	m   *Manager
 	c   chan Change
@@ -74,9 +75,6 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 	}
 	s := &Subscription{m: m, c: make(chan Change, buffer)}
 	m.feed.add(s)
-	if m.feed.remote == nil { // what later reads are compared with
-		m.feed.remote = m.feed.remoteSeen(remote, m.tasks.has, false)
-	}
 	return s, withRemote(m.allLocked(""), remote, ""), nil
 }
 
@@ -84,9 +82,8 @@ func (m *Manager) Subscribe(buffer int) (*Subscription, []Task, error) {
 // (Change.Seq) and the live subscriptions, and what it last published of other hosts' tasks.
 // Guarded by Manager.mu.
 type feed struct {
-	seq    uint64
-	subs   map[*Subscription]struct{}
-	remote map[string]remoteSeen // other hosts' tasks as last published (remotefeed.go)
+	seq  uint64
+	subs map[*Subscription]struct{}
 }
 
 // add starts sending changes to s.

@@ -6,8 +6,7 @@ import (
 )
 
 // Changes carry consecutive sequence numbers; a subscriber whose buffer is full is dropped
-// with ErrLagged, the others keep theirs; other hosts' tasks are published when new, changed
-// or gone.
+// with ErrLagged, the others keep theirs.
 func TestFeed(t *testing.T) {
 	var f feed
 	slow, fast := &Subscription{c: make(chan Change, 1)}, &Subscription{c: make(chan Change, 4)}
@@ -23,23 +22,6 @@ func TestFeed(t *testing.T) {
 	}
 	if c := <-fast.c; c.Seq != 2 || c.Task.Status != StatusCompleted {
 		t.Errorf("second change %+v", c)
-	}
-	local := func(id string) bool { return id == "here" }
-	f.remote = f.remoteSeen([]Task{{ID: "r1"}, {ID: "here"}}, local, false)
-	f.remote = f.remoteSeen([]Task{{ID: "r1", Status: StatusCompleted}, {ID: "r2"}}, local, true)
-	got := map[string]bool{}
-	for range 2 {
-		c := <-fast.c
-		got[c.Task.ID] = true
-	}
-	if !got["r1"] || !got["r2"] || len(f.remote) != 2 {
-		t.Errorf("published %v, remote %d; want r1 changed and r2 new", got, len(f.remote))
-	}
-	f.remote = f.remoteSeen(nil, local, true)
-	for range 2 {
-		if c := <-fast.c; !c.Removed {
-			t.Errorf("a task gone from the store: %+v, want removed", c)
-		}
 	}
 	f.end(fast, nil)
 	f.end(fast, ErrClosed)

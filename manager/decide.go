@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -70,10 +71,16 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     session was seen idle, Unfinished: the caller confirms with GET /session/status
 //     that the loop is not running, reads the messages again and decides with
 //     Run.Confirmed, which makes a step still unfinished Failed with [Interrupted].
-//   - It finished with "tool-calls": Running while the loop goes on to the next step; when
-//     the session was seen idle, Unfinished, and with Run.Confirmed Failed with
-//     [HaltedAfterToolCall]: the loop halted.
-//   - Otherwise Completed, with its text parts (ignored parts left out) as the result.
+//   - It finished as OpenCode's loop does not stop at — with "tool-calls" or "unknown" (a
+//     stream cut without a finish), or with a tool part whatever its finish (a provider may
+//     say "stop" for a step that called a tool): Running while the loop goes on to the next
+//     step; when the session was seen idle, Unfinished, and with Run.Confirmed Failed with
+//     [HaltedAfterToolCall]: the loop halted. A compaction summary is not an end either (the
+//     loop goes on with "Continue…"): Unfinished when idle, and with Run.Confirmed Failed with
+//     [Interrupted].
+//   - Otherwise Completed, with its text parts (ignored parts left out) as the result — once
+//     the session was seen idle or Run.Confirmed: a read that no idle asked for (after a
+//     reconnect) may fall between two steps, and is Unfinished, to be confirmed.
 func Decide(msgs []opencode.Message, run Run) Verdict {
 	if run.Prompt != "" && !promptStored(msgs, run.Prompt) {
 		if run.SessionError != "" && run.Idle {
@@ -94,10 +101,38 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 		return Verdict{Outcome: Failed, Error: last.Info.Error.Message()}
 	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
 		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
-	case last.Info.Finish == "tool-calls": // an idle between two steps would be stale: confirm first
+	case !final(last): // OpenCode's loop goes on after such a step: an idle now would be stale
 		return onIdle(run, Verdict{Outcome: Failed, Error: HaltedAfterToolCall})
+	case last.Info.IsSummary(): // a compaction in the middle of the run: "Continue…" comes next
+		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
+	case !run.Idle && !run.Confirmed:
+		// A read nothing idle asked for (after a reconnect) may fall between two steps of a
+		// step OpenCode would take for final: confirm the loop is not running first.
+		return Verdict{Outcome: Unfinished}
 	}
 	return Verdict{Outcome: Completed, Result: replyText(last)}
+}
+
+// final reports whether a finished step ends the run as OpenCode's loop decides it: a finish
+// other than "tool-calls" and "unknown" (a stream cut without one), and no tool part but an
+// interrupted one (a step that called a tool goes on whatever its finish: a provider may say
+// "stop" or "length" for it).
+func final(m *opencode.Message) bool {
+	if m.Info.Finish == "tool-calls" || m.Info.Finish == "unknown" {
+		return false
+	}
+	for i := range m.Parts {
+		if p := &m.Parts[i]; p.Type == opencode.PartTool && !interrupted(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// interrupted reports whether tool part p failed because its step was cut short (OpenCode
+// marks it with metadata.interrupted).
+func interrupted(p *opencode.Part) bool {
+	return p.State != nil && p.State.Status == opencode.ToolError && bytes.Contains(p.State.Metadata, []byte(`"interrupted":true`))
 }
 
 // onIdle is the verdict on a run that has not ended by the look of its messages: Running while

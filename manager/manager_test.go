@@ -25,6 +25,22 @@ func msg(id, role, finish string, completed int64, errName string, texts ...stri
 	return m
 }
 
+// withTool adds a tool part of status, with metadata, to m.
+func withTool(m opencode.Message, status, metadata string) opencode.Message {
+	st := &opencode.ToolState{Status: status}
+	if metadata != "" {
+		st.Metadata = json.RawMessage(metadata)
+	}
+	m.Parts = append(m.Parts, opencode.Part{Type: opencode.PartTool, Tool: "bash", State: st})
+	return m
+}
+
+// summary makes m a compaction summary.
+func summary(m opencode.Message) opencode.Message {
+	m.Info.Summary = json.RawMessage("true")
+	return m
+}
+
 // reply is an assistant message answering the user message parent.
 func reply(id, parent, finish string, completed int64) opencode.Message {
 	m := msg(id, "assistant", finish, completed, "")
@@ -57,8 +73,20 @@ func TestDecideFromLatestMessages(t *testing.T) {
 			Verdict{Outcome: Completed, Result: "a\nb"}},
 		{"ignored text parts are not the result", []opencode.Message{prompt, ignored}, Run{Idle: true},
 			Verdict{Outcome: Completed, Result: "shown"}},
-		{"duplicate idle after completion", []opencode.Message{prompt, msg("msg_3", "assistant", "stop", 5, "", "x")}, Run{},
+		{"completed, read without an idle: confirm", []opencode.Message{prompt, msg("msg_3", "assistant", "stop", 5, "", "x")}, Run{},
+			Verdict{Outcome: Unfinished}},
+		{"completed, confirmed", []opencode.Message{prompt, msg("msg_3", "assistant", "stop", 5, "", "x")}, Run{Confirmed: true},
 			Verdict{Outcome: Completed, Result: "x"}},
+		// Steps OpenCode's loop goes on after (issue 34): a provider's "stop" on a step that
+		// called a tool, a stream cut without a finish ("unknown"), a compaction summary.
+		{"stop with a tool call: not the end", []opencode.Message{prompt, withTool(msg("msg_3", "assistant", "stop", 5, ""), "completed", "")},
+			Run{Idle: true}, Verdict{Outcome: Unfinished}},
+		{"stop with an interrupted tool: the end", []opencode.Message{prompt, withTool(msg("msg_3", "assistant", "stop", 5, "", "ok"), "error", `{"interrupted":true}`)},
+			Run{Idle: true}, Verdict{Outcome: Completed, Result: "ok"}},
+		{"unknown finish: not the end", []opencode.Message{prompt, msg("msg_3", "assistant", "unknown", 5, "", "")},
+			Run{Idle: true}, Verdict{Outcome: Unfinished}},
+		{"a compaction summary: not the end", []opencode.Message{prompt, summary(msg("msg_3", "assistant", "stop", 5, "", "summary"))},
+			Run{Idle: true}, Verdict{Outcome: Unfinished}},
 		{"model error", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "APIError")}, Run{Idle: true},
 			Verdict{Outcome: Failed, Error: "APIError happened"}},
 		{"aborted", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "MessageAbortedError")}, Run{Idle: true},
@@ -190,5 +218,50 @@ func BenchmarkRegistryAdd(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
 		})
+	}
+}
+
+// Foreign ids (tasks other hosts keep) are not a parent's tasks, but display ids are unique
+// among them too and an id prefix resolves to them, so that it names the same task wherever
+// it is resolved; a foreign id that becomes a task of this registry is one no longer.
+func TestRegistryForeignIDs(t *testing.T) {
+	var r Registry
+	r.Add("p", "ses_abcdefgh111")
+	r.AddForeign("p", "ses_abcdefgh222")
+	r.AddForeign("q", "ses_zzzzzzzz999")
+	if got := r.Tasks("p"); len(got) != 1 || r.Len("p") != 1 {
+		t.Errorf("tasks of p = %v, want only its own", got)
+	}
+	if got := r.DisplayID("ses_abcdefgh111"); got != "ses_abcdefgh1" {
+		t.Errorf("display id = %q, want unique among the foreign ids too", got)
+	}
+	if got := r.Resolve("p", "abcdefgh", 0); len(got) != 2 {
+		t.Errorf("resolve of a shared prefix = %v, want both", got)
+	}
+	if got := r.Resolve("p", "abcdefgh2", 0); len(got) != 1 || !r.Foreign(got[0]) {
+		t.Errorf("resolve of the foreign one = %v", got)
+	}
+	if got := r.Resolve("p", "zzzzzzzz", 0); len(got) != 0 {
+		t.Errorf("another parent's foreign id resolved: %v", got)
+	}
+	r.Add("p", "ses_abcdefgh222") // taken over
+	if r.Foreign("ses_abcdefgh222") || r.Len("p") != 2 {
+		t.Error("a task added is still foreign")
+	}
+	r.RemoveForeign("ses_zzzzzzzz999")
+	r.Remove("ses_abcdefgh111")
+	if got := r.DisplayID("ses_abcdefgh222"); got != "ses_abcdefgh" {
+		t.Errorf("display id alone = %q", got)
+	}
+}
+
+// A parent's only foreign id taken over as its task stays resolvable: the family is not
+// dropped when the foreign id goes.
+func TestRegistryForeignTakenOver(t *testing.T) {
+	var r Registry
+	r.AddForeign("p", "ses_abcdefgh111")
+	r.Add("p", "ses_abcdefgh111")
+	if got := r.Resolve("p", "abcdefgh", 0); len(got) != 1 || r.DisplayID("ses_abcdefgh111") != "ses_abcdefgh" {
+		t.Errorf("after taking over the only foreign id: resolve %v, display %q", got, r.DisplayID("ses_abcdefgh111"))
 	}
 }

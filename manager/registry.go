@@ -20,9 +20,16 @@ const (
 // parent's task count and an insertion O(n) only in copying (memmove).
 //
 // The zero value is ready. A Registry is not safe for concurrent use.
+//
+// A Registry may also know foreign ids: the tasks of a parent that others keep (the other
+// hosts of a shared store). They are not the parent's tasks ([Registry.Tasks] and
+// [Registry.Len] leave them out), but display ids are unique among them too, and
+// [Registry.Resolve] resolves to them, so that an id prefix names the same task wherever it
+// is resolved.
 type Registry struct {
-	parentOf map[string]string
-	families map[string]*family
+	parentOf  map[string]string
+	foreignOf map[string]string
+	families  map[string]*family
 }
 
 type family struct {
@@ -30,6 +37,8 @@ type family struct {
 	// sorted holds the ids in descending order: OpenCode's session ids sort newest first, so
 	// a new task's id goes at the end and adding costs no copy.
 	sorted []string
+	// foreign holds the foreign ids, in descending order.
+	foreign []string
 }
 
 // descending orders ids from the largest.
@@ -41,15 +50,8 @@ func (r *Registry) Add(parent, id string) bool {
 	if _, ok := r.parentOf[id]; ok {
 		return false
 	}
-	if r.parentOf == nil {
-		r.parentOf = map[string]string{}
-		r.families = map[string]*family{}
-	}
-	f := r.families[parent]
-	if f == nil {
-		f = &family{}
-		r.families[parent] = f
-	}
+	r.RemoveForeign(id) // here now (first: it may drop an empty family)
+	f := r.family(parent)
 	r.parentOf[id] = parent
 	f.order = append(f.order, id)
 	i, _ := slices.BinarySearchFunc(f.sorted, id, descending)
@@ -71,10 +73,57 @@ func (r *Registry) Remove(id string) (parent string, ok bool) {
 	if i := slices.Index(f.order, id); i >= 0 {
 		f.order = slices.Delete(f.order, i, i+1)
 	}
-	if len(f.order) == 0 {
+	r.drop(parent, f)
+	return parent, true
+}
+
+// family returns parent's family, created when it has none.
+func (r *Registry) family(parent string) *family {
+	if r.parentOf == nil {
+		r.parentOf, r.foreignOf, r.families = map[string]string{}, map[string]string{}, map[string]*family{}
+	}
+	f := r.families[parent]
+	if f == nil {
+		f = &family{}
+		r.families[parent] = f
+	}
+	return f
+}
+
+// drop forgets parent's family when it holds no id.
+func (r *Registry) drop(parent string, f *family) {
+	if len(f.order) == 0 && len(f.foreign) == 0 {
 		delete(r.families, parent)
 	}
-	return parent, true
+}
+
+// AddForeign records id as a foreign task of parent, one that others keep; it does nothing
+// when id is known, as a task or as a foreign one.
+func (r *Registry) AddForeign(parent, id string) {
+	f := r.family(parent)
+	if _, ok := r.parentOf[id]; ok {
+		return
+	}
+	if _, ok := r.foreignOf[id]; ok {
+		return
+	}
+	r.foreignOf[id] = parent
+	i, _ := slices.BinarySearchFunc(f.foreign, id, descending)
+	f.foreign = slices.Insert(f.foreign, i, id)
+}
+
+// RemoveForeign forgets the foreign id, if known.
+func (r *Registry) RemoveForeign(id string) {
+	parent, ok := r.foreignOf[id]
+	if !ok {
+		return
+	}
+	delete(r.foreignOf, id)
+	f := r.families[parent]
+	if i, found := slices.BinarySearchFunc(f.foreign, id, descending); found {
+		f.foreign = slices.Delete(f.foreign, i, i+1)
+	}
+	r.drop(parent, f)
 }
 
 // Parent returns the parent session of id, or false when id is unknown.
@@ -95,22 +144,36 @@ func (r *Registry) Tasks(parent string) []string {
 // Len returns how many tasks parent has.
 func (r *Registry) Len(parent string) int { return len(r.Tasks(parent)) }
 
+// neighbours are the ids next to id in sorted (descending), id's own place left out.
+func neighbours(sorted []string, id string) (above, below string) {
+	i, found := slices.BinarySearchFunc(sorted, id, descending)
+	if i > 0 {
+		above = sorted[i-1]
+	}
+	if found {
+		i++
+	}
+	if i < len(sorted) {
+		below = sorted[i]
+	}
+	return above, below
+}
+
 // DisplayID returns the shortest prefix of id that is unique among its parent's tasks and
-// shows at least [MinDisplay] characters after [SessionPrefix] (the whole id when shorter).
-// An unknown id is returned as it is.
+// foreign ids and shows at least [MinDisplay] characters after [SessionPrefix] (the whole id
+// when shorter). An unknown id is returned as it is.
 func (r *Registry) DisplayID(id string) string {
 	parent, ok := r.parentOf[id]
 	if !ok {
-		return id
+		if parent, ok = r.foreignOf[id]; !ok {
+			return id
+		}
 	}
-	s := r.families[parent].sorted
-	i, _ := slices.BinarySearchFunc(s, id, descending)
+	f := r.families[parent]
 	n := len(SessionPrefix) + MinDisplay
-	if i > 0 {
-		n = max(n, commonPrefix(id, s[i-1])+1)
-	}
-	if i+1 < len(s) {
-		n = max(n, commonPrefix(id, s[i+1])+1)
+	for _, s := range [][]string{f.sorted, f.foreign} {
+		above, below := neighbours(s, id)
+		n = max(n, commonPrefix(id, above)+1, commonPrefix(id, below)+1)
 	}
 	return id[:min(n, len(id))]
 }
@@ -129,6 +192,9 @@ func (r *Registry) Resolve(parent, id string, limit int) []string {
 	if p, ok := r.parentOf[full]; ok && p == parent {
 		return []string{full}
 	}
+	if p, ok := r.foreignOf[full]; ok && p == parent {
+		return []string{full}
+	}
 	if len(key) < MinPrefix {
 		return nil
 	}
@@ -136,15 +202,30 @@ func (r *Registry) Resolve(parent, id string, limit int) []string {
 	// in descending order, a run that begins at the first id not above that bound.
 	var out []string
 	upper := full + "\x7f"
-	i, _ := slices.BinarySearchFunc(f.sorted, upper, descending)
-	for ; i < len(f.sorted) && strings.HasPrefix(f.sorted[i], full); i++ {
-		if limit > 0 && len(out) == limit {
-			break
+	for _, s := range [][]string{f.sorted, f.foreign} {
+		i, _ := slices.BinarySearchFunc(s, upper, descending)
+		for ; i < len(s) && strings.HasPrefix(s[i], full); i++ {
+			out = append(out, s[i])
 		}
-		out = append(out, f.sorted[i])
+	}
+	slices.SortFunc(out, descending)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
 	}
 	slices.Reverse(out)
 	return out
+}
+
+// Known reports whether parent has tasks or foreign ids.
+func (r *Registry) Known(parent string) bool {
+	f := r.families[parent]
+	return f != nil && (len(f.order) > 0 || len(f.foreign) > 0)
+}
+
+// Foreign reports whether id is a foreign id (see [Registry]).
+func (r *Registry) Foreign(id string) bool {
+	_, ok := r.foreignOf[id]
+	return ok
 }
 
 func commonPrefix(a, b string) int {

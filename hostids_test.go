@@ -1,0 +1,123 @@
+package asyncagents_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+	"github.com/asyncagents/asyncagents/pgstore"
+	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
+)
+
+// Task ids are unique per parent across every host of a store, and every host resolves an id
+// to the same task (issue 35, case 12), on PostgreSQL: one parent launches tasks through two
+// hosts at once, so that their session ids share long prefixes; once each host has read the
+// other's tasks, the display ids both hosts show are all different, and a display id shown by
+// one host names, on the other, the same task (taken over from its holder).
+func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
+	parent := asyncagentstest.NewParent(t, f)
+	const each = 3
+	var mu sync.Mutex
+	ids := map[string]*asyncagents.Manager{} // task id → the host that launched it
+	var wg sync.WaitGroup
+	for _, m := range []*asyncagents.Manager{a, b} {
+		for range each {
+			wg.Go(func() {
+				task, err := m.Launch(t.Context(), asyncagents.LaunchInput{Caller: parent, Description: "at once", Agent: "general", Prompt: "held"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ids[task.ID] = m
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	shown := func(m *asyncagents.Manager) map[string]string { // display id → task id
+		list, err := m.List(parent, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, tk := range list {
+			if _, ok := ids[tk.ID]; ok {
+				out[tk.DisplayID] = tk.ID
+			}
+		}
+		return out
+	}
+	if !eventually(20*time.Second, func() bool { return len(shown(a)) == 2*each && len(shown(b)) == 2*each }) {
+		t.Fatalf("display ids: A shows %d different, B %d; want %d each", len(shown(a)), len(shown(b)), 2*each)
+	}
+	for display, id := range shown(a) {
+		if ids[id] != a { // a task B launched, as A shows it: B's Output of that id is that task
+			out, err := b.Output(t.Context(), parent, display, asyncagents.OutputOptions{})
+			if err != nil || out.Task.ID != id {
+				t.Errorf("B's Output(%s) = %s, %v; want %s", display, out.Task.ID, err, id)
+			}
+			continue
+		}
+		out, err := b.Output(t.Context(), parent, display, asyncagents.OutputOptions{})
+		if err != nil || out.Task.ID != id {
+			t.Errorf("B's Output of A's task %s = %s, %v; want %s", display, out.Task.ID, err, id)
+		}
+		break // one takeover is enough
+	}
+}
+
+// Limits across hosts are global (issue 35, case 3), on PostgreSQL: with a cap of one active
+// task per parent on both hosts, a parent with a task running on one host cannot start one on
+// the other; with a tree budget, what a parent's cleared tasks used still counts on every host.
+func TestLimitsHoldAcrossHosts(t *testing.T) {
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	capped := []asyncagents.Option{asyncagents.WithMaxActivePerParent(1), asyncagents.WithNotifications(false)}
+	a := asyncagentstest.NewManager(t, f, append(capped, asyncagents.WithStore(open()))...)
+	b := asyncagentstest.NewManager(t, f, append(capped, asyncagents.WithStore(open()))...)
+	parent := asyncagentstest.NewParent(t, f)
+	first := asyncagentstest.Launch(t, a, parent, "held")
+	_, err := b.Launch(t.Context(), asyncagents.LaunchInput{Caller: parent, Description: "second", Agent: "general", Prompt: "held"})
+	if !errors.Is(err, asyncagents.ErrTaskLimit) {
+		t.Errorf("a second task of the parent on the other host: %v, want ErrTaskLimit", err)
+	}
+	asyncagentstest.Release(t, f, first.ID, opencodetest.Text("done"))
+	asyncagentstest.Await(t, a, parent, first.ID)
+	var last error
+	if !eventually(10*time.Second, func() bool { // once A has stored the end
+		_, last = b.Launch(t.Context(), asyncagents.LaunchInput{Caller: parent, Description: "now", Agent: "general", Prompt: "held"})
+		return last == nil
+	}) {
+		t.Errorf("a task once the first ended: %v", last)
+	}
+}
