@@ -88,13 +88,13 @@ func seal(t Task, key []byte) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// checkSeal returns an error when the Manager has a record key and t's seal is not the one
-// the key gives.
-func (m *Manager) checkSeal(t *Task) error {
-	if m.cfg.recordKey == nil {
+// checkSeal returns an error when key is set (the Manager's record key) and t's seal is not
+// the one it gives.
+func checkSeal(t *Task, key []byte) error {
+	if key == nil {
 		return nil
 	}
-	if want := seal(*t, m.cfg.recordKey); !hmac.Equal([]byte(t.Seal), []byte(want)) {
+	if want := seal(*t, key); !hmac.Equal([]byte(t.Seal), []byte(want)) {
 		return errors.New("its seal is not the record key's: no host with the key wrote it")
 	}
 	return nil
@@ -109,7 +109,7 @@ func (m *Manager) acceptRecords(ctx context.Context, stored []Task, check bool) 
 	g.SetLimit(16)
 	for i := range stored {
 		t := &stored[i]
-		if err := errors.Join(checkRecord(t), m.checkSeal(t)); err != nil {
+		if err := errors.Join(checkRecord(t), checkSeal(t, m.cfg.recordKey)); err != nil {
 			m.cfg.logger.Error("asyncagents: a stored task record was refused", "task", echo(t.ID), "err", err)
 			continue
 		}

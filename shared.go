@@ -318,7 +318,7 @@ func (h *sharedHosts) remote(parent string) []Task {
 	defer m.mu.Unlock()
 	var out []Task
 	for _, t := range stored {
-		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && m.checkSeal(&t) == nil { // the others are not shown
+		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && checkSeal(&t, m.cfg.recordKey) == nil { // the others are not shown
 			m.tasks.reg.AddForeign(t.ParentSessionID, t.ID) // known now: display ids are unique among them
 			out = append(out, t)
 		}
