@@ -15,10 +15,7 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-// shared is the real server of the package's tests, started on first use. It asks for a
-// password, so that TestRealServerBasicAuth checks the credentials on the server the other
-// tests use through Server.Client, which sends them.
-var shared = opencodetest.Shared{Options: []opencodetest.ServerOption{opencodetest.WithPassword("s3cret-pw")}}
+var shared opencodetest.Shared
 
 func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
 
@@ -29,7 +26,6 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestRealServerSessionLifecycle(t *testing.T) {
-	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -113,7 +109,6 @@ func textOf(m *opencode.Message) string {
 }
 
 func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
-	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -182,7 +177,6 @@ func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
 }
 
 func TestRealServerErrors(t *testing.T) {
-	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)
@@ -218,8 +212,7 @@ func TestRealServerErrors(t *testing.T) {
 }
 
 func TestRealServerBasicAuth(t *testing.T) {
-	t.Parallel()
-	srv := shared.Get(t)
+	srv := opencodetest.Start(t, opencodetest.WithPassword("s3cret-pw"))
 	ctx := ctxT(t)
 
 	if _, err := srv.Client().Agents(ctx, ""); err != nil {
@@ -262,7 +255,6 @@ func TestRealServerBasicAuth(t *testing.T) {
 // (both parts, the synthetic one marked), the answer's id is the one posted, the model is not
 // called, and an unknown session matches ErrNotFound.
 func TestRealServerPostMessage(t *testing.T) {
-	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)

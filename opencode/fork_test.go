@@ -23,8 +23,7 @@ import (
 //     exact prefix, reads all of it from the cache. The subtest asserts at least 95% of the
 //     parent's request is shared.
 func TestForkSession(t *testing.T) {
-	t.Parallel()
-	srv := shared.Get(t)
+	srv := opencodetest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
 	tag := "[fork-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "]"

@@ -13,7 +13,6 @@ import (
 // connect, disconnect, and the errors. A server that answers MCP is connected in the
 // mcpserver package's end-to-end tests.
 func TestRealServerMCP(t *testing.T) {
-	t.Parallel()
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t)

@@ -38,11 +38,10 @@ import (
 // request. A subtest that needs the session busy holds its first model request (HOLD:key in
 // the prompt) until it has posted what it posts while busy, so nothing depends on timing.
 func TestTurns(t *testing.T) {
-	t.Parallel()
-	srv := shared.Get(t) // its model holds requests for this test only; the others' follow the directives
+	srv := opencodetest.Start(t)
 	h := &holds{gates: map[string]chan struct{}{}}
 	srv.Model.SetScript(h.script)
-	t.Cleanup(h.releaseAll)
+	t.Cleanup(h.releaseAll) // before the server's Close (cleanups run last first)
 	c := srv.Client()
 	// Boot the project's instance before the subtests subscribe to events.
 	if _, err := c.CreateSession(context.Background(), opencode.CreateSessionRequest{Title: "warm-up"}); err != nil {
