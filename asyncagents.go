@@ -6,10 +6,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncagents/asyncagents/manager"
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/worktree"
 )
 
 // Manager runs background tasks in child sessions of an OpenCode server and tracks them
@@ -47,7 +49,7 @@ type Manager struct {
 	//
 	//	entry.save.mu (one task's saves) → mu
 	//	slots.granting → mu
-	//	mu → mirrors.mu, notes.heads.mu, notes.confirms.mu, stream.q.mu
+	//	mu → mirrors.mu, notes.heads.mu, notes.confirms.mu, stream.q.mu, isolation.mu
 	//
 	// agents.mu is never held with another.
 	//
@@ -56,14 +58,18 @@ type Manager struct {
 	mu    sync.Mutex
 	tasks taskSet
 
-	recon   reconciling // sessions waiting to be read, and the goroutines that read them
-	notes   notifier    // the parents' notifications waiting for delivery
-	slots   *slots      // concurrency limits and the per-parent cap
-	hosts   hosts       // leases and hand-overs, with several hosts on one store
-	stream  *stream     // the server's events
-	feed    feed        // the change feed (Subscribe)
-	agents  agentCache  // the servers' agent lists (its own lock)
-	mirrors mirrors     // what the event stream carried of each run (its own lock)
+	recon     reconciling // sessions waiting to be read, and the goroutines that read them
+	notes     notifier    // the parents' notifications waiting for delivery
+	slots     *slots      // concurrency limits and the per-parent cap
+	hosts     hosts       // leases and hand-overs, with several hosts on one store
+	stream    *stream     // the server's events
+	feed      feed        // the change feed (Subscribe)
+	agents    agentCache  // the servers' agent lists (its own lock)
+	mirrors   mirrors     // what the event stream carried of each run (its own lock)
+	isolation isolation   // the git worktrees of isolated tasks (its own lock)
+	keys      launchKeys  // the launches in flight with an idempotency key (its own lock)
+
+	toolsOffered atomic.Bool // Tools was called: the parents' models have the tools (hintPrefix)
 
 	lossGrace time.Duration // lossGrace, or what a test sets (under mu)
 	afterPost func()        // nil, or what a test runs between a notification's post and its outcome
@@ -96,6 +102,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		recon:     reconciling{rq: map[*entry]bool{}, wake: make(chan struct{}, 1), ends: make(chan struct{}, endParallel)},
 		slots:     newSlots(&cfg),
 		mirrors:   mirrors{logs: map[string]*runLog{}, tried: make(chan struct{})},
+		isolation: isolation{root: cfg.worktreeRoot, repos: map[string]*worktree.Repo{}, swept: map[string]bool{}, starting: map[string]bool{}, busy: map[string]bool{}},
 		lossGrace: lossGrace,
 	}
 	m.notes = newNotifier(&cfg, m.slots.active)
@@ -112,6 +119,17 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		m.slots.wakeGranter() // for the stored queued tasks
 	}
 	m.start()
+	if repos := worktreeRepos(stored); len(repos) > 0 { // what crashed launches left there goes
+		m.bg.spawn("sweeping worktrees", func() {
+			for _, dir := range repos {
+				ctx, cancel := context.WithTimeout(m.bg.ctx, worktreeSettle)
+				if _, err := m.isolation.repo(ctx, dir, m.liveWorktrees); err != nil {
+					m.cfg.logger.Warn("asyncagents: open a repository of isolated tasks", "repo", dir, "err", err)
+				}
+				cancel()
+			}
+		})
+	}
 	if len(start) > 0 {
 		m.bg.spawn("starting queued tasks", func() { m.startQueued(start) })
 	}
@@ -174,7 +192,7 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 // restoreTask records one stored task (nil for a duplicate id), counts it in its batch and
 // its limits, and queues it for a read when it is active.
 func (m *Manager) restoreTask(t Task) *entry {
-	e := &entry{task: t, done: make(chan struct{})}
+	e := &entry{task: t, done: make(chan struct{}), isolated: t.Worktree != nil}
 	e.save.stored = true
 	if !m.tasks.add(e) {
 		return nil

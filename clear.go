@@ -43,7 +43,8 @@ type ClearResult struct {
 }
 
 // Clear aborts the caller's active tasks (POST /session/{id}/abort) and removes all the
-// caller's tasks from the Manager and its store. Tasks of other parents are untouched. An
+// caller's tasks from the Manager and its store, and the worktrees of isolated ones with
+// their branches (a merged task's branch is kept). Tasks of other parents are untouched. An
 // abort that fails is logged and the task is removed all the same; a blocked Output on a
 // removed task returns [ErrTaskNotFound]. Errors: [ErrInvalidInput] (an empty caller),
 // [ErrClosed], or the store's Delete error (the tasks are gone from the Manager).
@@ -80,6 +81,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 		removed = append(removed, e)
 		start = append(start, m.removeLocked(e)...)
 	}
+	isolated := isolatedOf(removed)
 	m.mu.Unlock()
 	m.startQueued(start)
 	var res ClearResult
@@ -98,6 +100,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
 		return res, fmt.Errorf("asyncagents: delete tasks: %w", err)
 	}
+	m.removeWorktrees(isolated)
 	return res, nil
 }
 

@@ -47,7 +47,7 @@
 // # Tasks
 //
 // A [Task] is identified by its child session's id ("ses_…"). The child session is created
-// in the parent session's directory, so the task works in the parent's project (its tools,
+// in the parent session's directory (or in an isolated task's worktree, below), so the task works in the parent's project (its tools,
 // and the working directory its model is told) whatever directory the server was started in
 // and however many projects it serves. Operations made for a caller
 // accept the full id, the id without "ses_", or a unique prefix of at least 4 characters
@@ -63,6 +63,20 @@
 // it, when the stream carried the whole run; otherwise — and for every run that ends in an
 // error, an abort or a halt — the end is decided from a read of the session's latest
 // messages (GET /session/{id}/message). Both give the same result.
+//
+// # Isolated tasks
+//
+// A task launched with [IsolationWorktree] ([LaunchInput].Isolation, else [WithIsolation])
+// works in a git worktree of its own instead of its parent's directory: the Manager makes it
+// with the git command from the parent's checkout as it is at the launch (HEAD plus its
+// uncommitted changes, not ignored files), and creates the task's session there. When a run
+// ends, the worktree is committed on the task's branch; [Task].Worktree says what changed and
+// which of those files the parent's other isolated tasks, or the parent's working tree, changed
+// too, and so does the notification. [Manager.Merge] applies the branch to the parent's working
+// tree with a three-way merge, and on a conflict changes nothing and returns a
+// [*MergeConflictError]; [Manager.Discard] drops it; Clear removes the worktree. The host and
+// the OpenCode server must share the file system. A forked isolated task gets the digest: OpenCode
+// 1.18.33 keeps a native fork in its parent's directory.
 //
 // # Forked tasks
 //
@@ -126,7 +140,7 @@
 //	New                  ErrInvalidInput (nil client, bad option), the Store's Load error
 //	Launch               ErrForkResumeConflict, ErrInvalidInput, ErrUnknownAgent,
 //	                     ErrPermissionDenied, ErrNestingDepth, ErrTaskLimit, ErrBudget,
-//	                     ErrClosed;
+//	                     ErrIsolation, ErrClosed;
 //	                     after the child session exists, a failure leaves the task in
 //	                     StatusError and returns it with the error
 //	Output               ErrInvalidInput (also an unknown SinceMessageID, checked before
@@ -142,6 +156,9 @@
 //	ListAll              ErrInvalidInput (unknown status), ErrClosed
 //	Subscribe            ErrInvalidInput (buffer out of range), ErrClosed; a subscription
 //	                     that falls behind ends with ErrLagged (Subscription.Err)
+//	Merge, Discard       ErrInvalidInput, ErrTaskNotFound, ErrAmbiguousID, ErrNotMergeable,
+//	                     ErrIsolation, ErrLeaseLost, ErrClosed; Merge: ErrConflict
+//	                     (a *MergeConflictError)
 //	Clear, ClearAll      ErrInvalidInput (Clear: empty caller), ErrClosed, the Store's Delete
 //	                     error (the tasks are removed from the Manager all the same)
 //	Get                  ErrTaskNotFound, ErrClosed

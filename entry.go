@@ -17,6 +17,7 @@ type entry struct {
 	task Task
 	done chan struct{} // closed when the current run ends or the task is removed
 
+	isolated bool   // it has a worktree (Task.Worktree); set before the entry is shared, never changed
 	removed  bool   // cleared or taken away with its parent: never saved again
 	resuming bool   // sendFollowUp is starting the run of a queued follow-up (resume.go)
 	slot     string // the concurrency limit whose slot the run holds ("" for none; slots.go)

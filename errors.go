@@ -43,6 +43,20 @@ var (
 	// ErrBudget: the caller session's tasks, with theirs, used what WithTreeBudget allows;
 	// the message says how much.
 	ErrBudget = errors.New("asyncagents: over budget")
+	// ErrIsolation: the task cannot get a worktree of its own ([IsolationWorktree]): the
+	// parent's directory is in no git working tree, git is missing or too old, HEAD has no
+	// commit, the parent's checkout has unmerged paths or a merge, rebase or cherry-pick in
+	// progress, or git failed (a full disk, a lock another git process holds); the message
+	// says which. It wraps the worktree package's error.
+	ErrIsolation = errors.New("asyncagents: cannot isolate the task")
+	// ErrNotMergeable: the task has no branch to merge, or not now: it was not isolated, it
+	// is still active, it was merged or discarded already, or the parent's checkout is in a
+	// state a merge cannot go into (its own unmerged paths or operation in progress, an
+	// ignored file where the task adds one, a lock of another git process). Nothing changed.
+	ErrNotMergeable = errors.New("asyncagents: cannot merge the task")
+	// ErrConflict: the task's changes conflict with the parent's working tree; the error is
+	// a *[MergeConflictError] listing the files and hunks. Nothing changed.
+	ErrConflict = errors.New("asyncagents: merge conflict")
 	// ErrStoreLocked: another FileStore, in this process or another, has the file open.
 	ErrStoreLocked = errors.New("asyncagents: store locked")
 	// ErrLeaseLost: a [LeaseStore] no longer holds the task's lease (another host claimed

@@ -88,6 +88,7 @@ func (m *Manager) sessionDeleted(id string) {
 		removed = append(removed, e)
 		start = append(start, m.removeLocked(e)...)
 	}
+	isolated := isolatedOf(removed)
 	own := m.tasks.byID[id]
 	if own != nil && own.task.Status.Active() {
 		abort = append(abort, id) // OpenCode does not stop a deleted busy session
@@ -111,6 +112,7 @@ func (m *Manager) sessionDeleted(id string) {
 			m.cfg.logger.Warn("asyncagents: delete tasks of deleted parent", "err", err)
 		}
 	}
+	m.removeWorktrees(isolated)
 	if own != nil {
 		m.finish(own, own.task.ResumeCount, StatusCancelled, "", "session deleted")
 	}

@@ -114,7 +114,7 @@ func ExampleManager_Output() {
 	// retrieved: true
 }
 
-// A host's model loop hands the five tools to its model and runs the calls the model makes:
+// A host's model loop hands the six tools to its model and runs the calls the model makes:
 // it finds the tool by name, passes the caller of the current turn (the session the model
 // works in, the message and the agent) and returns the handler's text — or err.Error(),
 // which is written for the model — as the tool result.

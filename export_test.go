@@ -34,3 +34,13 @@ func SetAfterPost(m *Manager, f func()) {
 	defer m.mu.Unlock()
 	m.afterPost = f
 }
+
+// Waiters returns how many blocked Outputs wait for task id's run.
+func Waiters(m *Manager, id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.tasks.byID[id]; e != nil {
+		return e.waits.n
+	}
+	return 0
+}

@@ -8,8 +8,12 @@ import (
 
 // finish moves an active task of run rc to a terminal state once, persists it and queues
 // the parent notification, and reports whether it did: it does nothing when the run is no
-// longer active.
+// longer active. An isolated task's changes are committed on its branch first, so that the
+// notification says what changed.
 func (m *Manager) finish(e *entry, rc int, st Status, result, errMsg string) bool {
+	if e.isolated {
+		m.settleWorktree(e, rc) // its changes, in the notification
+	}
 	f, ok := func() (finished, bool) {
 		m.mu.Lock()
 		defer m.mu.Unlock() // a panic in it must not leave the Manager locked
@@ -75,7 +79,7 @@ func (m *Manager) afterFinish(f finished) {
 func (m *Manager) notifyLocked(e *entry) {
 	t := &e.task
 	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.bg.now()), DisplayID: m.tasks.reg.DisplayID(t.ID),
-		Resume: t.ResumeCount, Usage: t.usageText()}
+		Resume: t.ResumeCount, Usage: t.usageText(), Changes: t.Worktree.changes()}
 	switch t.Status {
 	case StatusCompleted:
 		n.Outcome = hints.Completed
@@ -89,7 +93,7 @@ func (m *Manager) notifyLocked(e *entry) {
 	}
 	m.queueNoteLocked(e, Notification{
 		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
-		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.cfg.toolPrefix),
+		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.hintPrefix()),
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/truncate"
+	"github.com/asyncagents/asyncagents/worktree"
 )
 
 // Text a task's child or its provider wrote reaches a parent's model in one of two forms,
@@ -160,4 +161,90 @@ func framedResult(b *strings.Builder, result string, offset int) error {
 		fmt.Fprintf(b, "\n%d characters more: result_offset=%d shows the next %d.", total-end, end, min(ResultPageChars, total-end))
 	}
 	return nil
+}
+
+// worktreeText is what the output tool says of an isolated task's worktree: its branch, the
+// files it changed (quoted, at most 20), the overlaps, and whether it was merged.
+func worktreeText(w *Worktree, id, prefix string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nWorktree: branch %s, %d files changed (+%d −%d)", w.Branch, w.Files, w.Added, w.Deleted)
+	if len(w.Changed) > 0 {
+		shown := w.Changed[:min(len(w.Changed), maxListedFiles)]
+		quoted := make([]string, len(shown))
+		for i, p := range shown {
+			quoted[i] = hints.Quote(p)
+		}
+		fmt.Fprintf(&b, ": %s", strings.Join(quoted, ", "))
+		if more := w.Files - len(shown); more > 0 {
+			fmt.Fprintf(&b, " and %d more", more)
+		}
+	}
+	b.WriteString(".")
+	if w.Error != "" {
+		b.WriteString("\nIts last changes could not be committed. The error, quoted: " + hints.Quote(w.Error))
+	}
+	if len(w.Overlaps) > 0 {
+		parts := make([]string, len(w.Overlaps))
+		for i, o := range w.Overlaps {
+			parts[i] = fmt.Sprintf("%s (%s)", hints.Quote(o.Path), strings.Join(o.With, ", "))
+		}
+		b.WriteString("\nChanged by others too (a merge may conflict): " + strings.Join(parts, "; ") + ".")
+	}
+	switch {
+	case !w.Merged.IsZero():
+		b.WriteString("\nMerged into your working tree.")
+	case !w.Discarded.IsZero():
+		b.WriteString("\nDiscarded: its worktree is gone.")
+	default:
+		fmt.Fprintf(&b, "\nYour files are untouched until %s_merge(task_id=%q); diff=true shows its diff.", prefix, id)
+	}
+	return b.String()
+}
+
+// maxListedFiles is how many changed files the output tool names.
+const maxListedFiles = 20
+
+// diffText is the output tool's page of an isolated task's diff, framed: the diff is the
+// task's text.
+func diffText(p *worktree.DiffPage) string {
+	if p.Text == "" {
+		return "\n\nDiff: empty (nothing after that offset)."
+	}
+	s := fmt.Sprintf("\n\nDiff, bytes %d to %d (the task's text, %s):\n%s", p.Offset, p.Next, dataNote, frame("task_diff", p.Text))
+	if p.More {
+		s += fmt.Sprintf("\nThe diff goes on: diff_offset=%d shows the next part.", p.Next)
+	}
+	return s
+}
+
+// maxConflictText bounds, in bytes, the hunks the merge tool shows of a conflict; the files
+// past it are named only.
+const maxConflictText = 20_000
+
+// conflictText is the merge tool's reply to a merge that conflicts: the files, and as many
+// of their hunks as fit maxConflictText, each side framed (the task's and the parent's
+// text are data).
+func conflictText(e *MergeConflictError, prefix string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Merge of task %s conflicts with your working tree in %d files; nothing in your files changed.\n"+
+		"Resolve it, for instance by resuming the task (%s_task with resume) with instructions, then merge again.",
+		e.DisplayID, len(e.Conflicts), prefix)
+	left := maxConflictText
+	for _, c := range e.Conflicts {
+		fmt.Fprintf(&b, "\n\nFile %s (%s)", hints.Quote(c.Path), strings.Join(c.Kinds, ", "))
+		for i, h := range c.Hunks {
+			size := len(h.Parent) + len(h.Base) + len(h.Task)
+			if size > left {
+				fmt.Fprintf(&b, "\n%d more hunks not shown.", len(c.Hunks)-i+c.MoreHunks)
+				break
+			}
+			left -= size
+			fmt.Fprintf(&b, "\nHunk at line %d (each side is text, %s):\nyours:\n%s\nat the task's start:\n%s\nthe task's:\n%s",
+				h.Line, dataNote, frame("parent_side", h.Parent), frame("base_side", h.Base), frame("task_side", h.Task))
+			if i == len(c.Hunks)-1 && c.MoreHunks > 0 {
+				fmt.Fprintf(&b, "\n%d more hunks not shown.", c.MoreHunks)
+			}
+		}
+	}
+	return b.String()
 }

@@ -40,6 +40,15 @@ type LaunchInput struct {
 	// Budget bounds what each run of the task may use (see [WithTaskBudget]); a zero field
 	// uses the Manager's.
 	Budget Budget
+	// Isolation is where the task works: [IsolationNone] or [IsolationWorktree]; "" uses the
+	// Manager's ([WithIsolation]).
+	Isolation Isolation
+	// IdempotencyKey, when set, makes a retried launch return the task the first one made:
+	// a launch of the same caller session with the same key, on this Manager or another host
+	// of its store, before or after a restart, returns that task (and no error) and creates
+	// nothing. The task tool sets it to the tool call's id (Caller.CallID). At most
+	// [MaxLaunchKeyChars] printable characters without spaces.
+	IdempotencyKey string
 	// Model optionally picks the model as "providerID/modelID" (e.g.
 	// "anthropic/claude-sonnet-4"); empty uses the agent's or the server's default.
 	Model string
@@ -128,6 +137,16 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		return Task{}, err
 	}
 	defer m.ops.Done()
+	if key := in.IdempotencyKey; key != "" {
+		end, ok := m.keys.begin(in.Caller.SessionID, key, ctx.Done())
+		if !ok {
+			return Task{}, ctx.Err()
+		}
+		defer end()
+		if t, ok := m.launchedWith(in.Caller.SessionID, key); ok {
+			return t, nil // a retry: the task its first launch made
+		}
+	}
 	caller, err := m.client.GetSession(ctx, in.Caller.SessionID)
 	if err != nil {
 		return Task{}, callerErr(in.Caller.SessionID, err)
@@ -153,21 +172,32 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 			m.mu.Unlock()
 		}
 	}()
-	plan, err := m.planLaunch(ctx, in, caller, at)
+	isolated := cmp.Or(in.Isolation, m.cfg.isolation) == IsolationWorktree
+	plan, err := m.planLaunch(ctx, in, caller, at, isolated)
 	if err != nil {
 		return Task{}, err
 	}
+	dir := plan.parent.Directory
+	if isolated {
+		if plan.worktree, err = m.isolate(ctx, dir); err != nil {
+			return Task{}, err
+		}
+		dir = plan.worktree.Dir
+		defer m.isolation.started(plan.worktree.ID) // recorded, or removed, by then
+	}
 	var sess *opencode.Session
 	if plan.mode == ForkNative {
-		sess, plan.baseline, err = m.forkChild(ctx, in, plan.parent.Directory, plan.rules)
+		sess, plan.baseline, err = m.forkChild(ctx, in, dir, plan.rules)
 	} else {
-		sess, err = m.createChild(ctx, in, plan.parent.Directory, plan.rules)
+		sess, err = m.createChild(ctx, in, dir, plan.rules)
 	}
 	if err != nil {
+		m.unisolate(plan.worktree)
 		return Task{}, err
 	}
 	start := false
 	if e, start, err = m.register(in, sess, plan); err != nil {
+		m.unisolate(plan.worktree)
 		return Task{}, err // e, when set, was counted and taken back
 	}
 	if plan.injection != "" {
@@ -211,6 +241,12 @@ func (in *LaunchInput) check() error {
 	if in.Deadline < 0 {
 		return fmt.Errorf("%w: deadline %v must not be negative", ErrInvalidInput, in.Deadline)
 	}
+	if !checkLaunchKey(in.IdempotencyKey) {
+		return fmt.Errorf("%w: idempotency key %s: at most %d printable characters, no spaces", ErrInvalidInput, echo(in.IdempotencyKey), MaxLaunchKeyChars)
+	}
+	if !in.Isolation.valid() {
+		return fmt.Errorf("%w: isolation %s: want none or worktree", ErrInvalidInput, echo(string(in.Isolation)))
+	}
 	if !in.ForkMode.valid() {
 		return fmt.Errorf("%w: fork mode %s: want digest or native", ErrInvalidInput, echo(string(in.ForkMode)))
 	}
@@ -226,15 +262,18 @@ type launchPlan struct {
 	rules     []opencode.PermissionRule
 	injection string
 	stats     *fork.Stats
-	mode      ForkMode // for a fork: the mode used
-	baseline  string   // a native fork's newest copied message
+	mode      ForkMode  // for a fork: the mode used
+	baseline  string    // a native fork's newest copied message
+	worktree  *Worktree // an isolated task's worktree
 }
 
 // planLaunch checks the agent against the caller's directory's agents (GET /agent) and the
 // caller's rights to launch it, works out the task session's permission rules, and for a
 // fork runs the pipeline on the caller's messages, newest first, only as far back as the
-// child's context reaches.
-func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *opencode.Session, at placement) (launchPlan, error) {
+// child's context reaches. An isolated fork gets the digest: OpenCode 1.18.33 puts a native
+// fork in the parent's directory, whatever the request names, where it would work on the
+// parent's files.
+func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *opencode.Session, at placement, isolated bool) (launchPlan, error) {
 	agent, err := m.agents.check(ctx, m.client, m.bg.clock, parent.Directory, in.Agent)
 	if err != nil {
 		return launchPlan{}, err
@@ -262,7 +301,7 @@ func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *openco
 			return launchPlan{}, callerErr(in.Caller.SessionID, err)
 		}
 		plan.injection, plan.stats, plan.mode = r.Injection(), &r.Stats, ForkDigest
-		if cmp.Or(in.ForkMode, m.cfg.forkMode) == ForkNative && native(r.Stats) {
+		if cmp.Or(in.ForkMode, m.cfg.forkMode) == ForkNative && native(r.Stats) && !isolated {
 			plan.injection, plan.mode = "", ForkNative
 		}
 	}
@@ -299,12 +338,13 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
 		status = StatusQueued // until slots.take says it may start
 	}
-	e = &entry{done: make(chan struct{}), task: Task{
+	e = &entry{done: make(chan struct{}), isolated: plan.worktree != nil, task: Task{
 		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.hosts.server(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
 		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: plan.at.depth, AnchorSessionID: anchorOf(in.Caller.SessionID, plan.at.anchor),
-		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
+		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget), Worktree: plan.worktree.clone(),
+		LaunchKey: in.IdempotencyKey,
 	}}
 	m.mu.Lock()
 	if !m.tasks.add(e) { // the server handed out an id twice

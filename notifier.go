@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -491,4 +492,13 @@ func (h *heads) event(ev opencode.Event, epoch uint64) {
 	if id := messageID(ev); id != "" {
 		h.raise(string(sid), id, epoch)
 	}
+}
+
+// hintPrefix is the tool prefix the notifications and turn prompts name, or hints.NoTools when
+// the parents' models have not been given the tools.
+func (m *Manager) hintPrefix() string {
+	if m.cfg.toolHints || m.toolsOffered.Load() {
+		return m.cfg.toolPrefix
+	}
+	return hints.NoTools
 }

@@ -60,6 +60,9 @@ const (
 	TurnOwed  TurnState = "owed"  // no turn of the parent has seen it yet
 	TurnAsked TurnState = "asked" // a prompt (TurnID) asked the parent for a turn after it
 	TurnSeen  TurnState = "seen"  // a turn of the parent saw it without being asked
+	// TurnRetrieved: the host read the task's result ([Manager.Output]) before a turn was
+	// asked for it, so none is.
+	TurnRetrieved TurnState = "retrieved"
 )
 
 // NotifyPolicy is how a parent's notifications ask for its model's turn. OpenCode runs the

@@ -298,7 +298,9 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 	t.Parallel()
 	srv := shared.Get(t)
 	c := &readsClient{Client: srv.Client()}
-	m, caller := streamManager(t, c)
+	// A wave window long enough that runs ending seconds apart on a loaded machine are one
+	// wave still; the wave ends as soon as the last one does.
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(15*time.Second))
 	const n = 3
 	ids := make([]string, n)
 	var wg sync.WaitGroup

@@ -106,6 +106,9 @@ type config struct {
 	reconcilers    int
 	notifyHorizon  time.Duration
 	recordKey      []byte
+	toolHints      bool
+	isolation      Isolation
+	worktreeRoot   string
 }
 
 func defaultConfig() config {
@@ -187,6 +190,7 @@ func (c *config) validate() error {
 		{c.recordKey != nil && len(c.recordKey) < 32, func() string {
 			return fmt.Sprintf("record key of %d bytes: at least 32", len(c.recordKey))
 		}},
+		{!c.isolation.valid(), func() string { return fmt.Sprintf("isolation %s: want none or worktree", echo(string(c.isolation))) }},
 		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
 			return fmt.Sprintf("wave window %v must be 0 to %v", c.waveWindow, MaxWaveWindow)
 		}},
@@ -370,3 +374,22 @@ func WithRecordKey(key []byte) Option {
 func WithNotifyHorizon(d time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.notifyHorizon = d })
 }
+
+// WithIsolation sets where tasks work when their launch does not say
+// ([LaunchInput.Isolation]): [IsolationNone] (the default: in the parent's directory) or
+// [IsolationWorktree] (in a git worktree of their own; see [Manager.Merge]).
+func WithIsolation(i Isolation) Option { return optionFunc(func(cfg *config) { cfg.isolation = i }) }
+
+// WithWorktreeRoot sets the folder isolated tasks' worktrees are made in, <root>/<name> for
+// every repository. The default, "", is each repository's own <common git dir>/asyncagents/worktrees
+// (.git/asyncagents/worktrees of the main checkout), which neither git status nor a search of
+// the parent's files sees. A root must not lie in a parent's working tree outside its .git.
+func WithWorktreeRoot(root string) Option {
+	return optionFunc(func(cfg *config) { cfg.worktreeRoot = root })
+}
+
+// WithToolHints makes the notifications and turn prompts name the tools
+// (<prefix>_output, <prefix>_merge) the parent's model reads results with. Off by default, so
+// that a host that reads the results itself does not send its model to tools it never gave
+// it; [Tools] turns it on (and so does the MCP bridge, which serves them).
+func WithToolHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.toolHints = on }) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/asyncagents/asyncagents/worktree"
 )
 
 // OutputOptions select how [Manager.Output] waits and what it returns.
@@ -32,7 +33,16 @@ type OutputOptions struct {
 	// IncludeThinking shows reasoning parts, and IncludeToolResults tool outputs and errors,
 	// in [FormatMessages].
 	IncludeThinking, IncludeToolResults bool
+
+	// Diff, for an isolated task, also returns a page of its branch's diff (Output.Diff):
+	// at most [DiffPageBytes] bytes from byte DiffOffset of git diff of its base and its
+	// branch's tip. A negative offset is [ErrInvalidInput].
+	Diff       bool
+	DiffOffset int
 }
+
+// DiffPageBytes is the size of a page of an isolated task's diff (OutputOptions.Diff).
+const DiffPageBytes = 16 << 10
 
 // Bounds of OutputOptions.MessageLimit.
 const (
@@ -51,6 +61,9 @@ type Output struct {
 	// MoreMessages reports that more come after them (with SinceMessageID) or before them.
 	Messages     []opencode.Message
 	MoreMessages bool
+	// Diff is the page of an isolated task's diff asked for with OutputOptions.Diff: its
+	// Next is the offset of the next page, when More.
+	Diff *worktree.DiffPage
 }
 
 // Output returns the caller's task named by id (the full id, the id without "ses_", or a
@@ -127,6 +140,9 @@ func (opts *OutputOptions) check() (time.Duration, error) {
 	if opts.Timeout < 0 {
 		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalidInput, opts.Timeout)
 	}
+	if opts.DiffOffset < 0 {
+		return 0, fmt.Errorf("%w: negative diff offset %d", ErrInvalidInput, opts.DiffOffset)
+	}
 	if opts.MessageLimit < 0 || opts.MessageLimit > MaxMessageLimit {
 		return 0, fmt.Errorf("%w: message limit %d must be 1 to %d", ErrInvalidInput, opts.MessageLimit, MaxMessageLimit)
 	}
@@ -197,8 +213,33 @@ func (m *Manager) checkSince(ctx context.Context, id, since string) error {
 	return nil
 }
 
-// output adds the session's messages to out when opts ask for them.
+// output adds the session's messages to out when opts ask for them, and for an ended
+// isolated task its change and overlaps as they are now, and the page of its diff asked for.
 func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (Output, error) {
+	if w := out.Task.Worktree; w != nil && out.Task.Status.Terminal() && w.Merged.IsZero() && w.Discarded.IsZero() {
+		m.mu.Lock()
+		siblings := map[string]string{}
+		if e := m.tasks.byID[out.Task.ID]; e != nil {
+			siblings = m.siblingWorktreesLocked(e)
+		}
+		m.mu.Unlock()
+		now := w.clone()
+		if err := m.describeWorktree(ctx, now, siblings, false); err == nil {
+			out.Task.Worktree = now
+		} // else the record's, as the last run's end saw it
+	}
+	if opts.Diff && out.Task.Worktree != nil && out.Task.Worktree.Discarded.IsZero() {
+		w := out.Task.Worktree
+		r, err := m.isolation.repo(ctx, w.Repo, nil)
+		if err != nil {
+			return Output{}, isolationErr(err)
+		}
+		page, err := r.Diff(ctx, w.ID, opts.DiffOffset, DiffPageBytes)
+		if err != nil {
+			return Output{}, fmt.Errorf("asyncagents: read the diff of %s: %w", out.Task.ID, err)
+		}
+		out.Diff = &page
+	}
 	if opts.FullSession {
 		var err error
 		out.Messages, out.MoreMessages, err = m.sessionMessages(ctx, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))

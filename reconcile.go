@@ -314,6 +314,9 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	for i := range jobs {
 		if results[i], done[i] = m.fromStream(jobs[i]); done[i] {
 			n++
+			if jobs[i].e.isolated {
+				m.settleWorktree(jobs[i].e, jobs[i].rc) // its changes, in the notification
+			}
 		}
 	}
 	// The stream carried the runs whole: their running usage counted every step.

@@ -61,6 +61,7 @@ func checkRecord(t *Task) error {
 	bad(utf8.RuneCountInString(t.Result) > MaxResultChars+100, "result of %d characters", utf8.RuneCountInString(t.Result))
 	bad(utf8.RuneCountInString(t.Error) > MaxErrorChars+100, "error of %d characters", utf8.RuneCountInString(t.Error))
 	bad(t.PromptID != "" && !messageIDRE.MatchString(t.PromptID), "prompt id %s", echo(t.PromptID))
+	bad(!checkLaunchKey(t.LaunchKey), "launch key %s", echo(t.LaunchKey))
 	bad(t.Depth < 0 || t.Depth > MaxNestingDepth, "depth %d", t.Depth)
 	bad(len(t.FollowUps) > MaxFollowUps, "%d follow-ups", len(t.FollowUps))
 	for _, f := range t.FollowUps {
@@ -75,6 +76,9 @@ func checkRecord(t *Task) error {
 		bad(len(n.Visible) > maxNoteChars || len(n.Hidden) > maxNoteChars, "a notification of %d bytes", len(n.Visible)+len(n.Hidden))
 		bad(n.MessageID != "" && !messageIDRE.MatchString(n.MessageID), "notification message id %s", echo(n.MessageID))
 		bad(n.TurnID != "" && !messageIDRE.MatchString(n.TurnID), "turn message id %s", echo(n.TurnID))
+	}
+	if w := t.Worktree; w != nil {
+		errs = append(errs, w.check())
 	}
 	return errors.Join(errs...)
 }

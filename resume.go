@@ -27,7 +27,7 @@ import (
 // [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
 // [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrBudget] (the
 // caller's tasks used [WithTreeBudget]), [ErrSessionExpired]
-// (the server no longer has the session), [ErrLeaseLost] (with a shared [LeaseStore], the
+// (the server no longer has the session, or the isolated task's worktree was discarded), [ErrLeaseLost] (with a shared [LeaseStore], the
 // ended task is being handed to another host that asked for it: try again, and the task is
 // taken over from there), [ErrClosed], or the server's error. A failure to
 // send the prompt leaves the task in [StatusError] with the reason and returns it with the
@@ -43,6 +43,10 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	e, err := m.lockTask(ctx, caller, id)
 	if err != nil {
 		return Task{}, err
+	}
+	if w := e.task.Worktree; w != nil && !w.Discarded.IsZero() {
+		m.mu.Unlock()
+		return Task{}, fmt.Errorf("%w: task %s's worktree was discarded; start a new task", ErrSessionExpired, e.task.ID)
 	}
 	// Running, resumed or queued; or ended with follow-ups still to send (sendFollowUp starts
 	// the next one): the prompt waits behind them, in order.

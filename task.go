@@ -42,6 +42,10 @@ type Caller struct {
 	SessionID string `json:"sessionID"`
 	MessageID string `json:"messageID,omitempty"`
 	Agent     string `json:"agent,omitempty"`
+	// CallID is the id of the tool call that makes the operation, when the host knows it
+	// (OpenCode's callID): the task tool makes it the launch's idempotency key, so that a
+	// retried call launches nothing more.
+	CallID string `json:"callID,omitempty"`
 }
 
 // Progress counts a task's tool calls, from the message.part.updated events of its session.
@@ -86,6 +90,7 @@ type Task struct {
 	ResumeCount     int       `json:"resumeCount"`         // follow-ups sent
 	FollowUps       []string  `json:"followUps,omitempty"` // follow-ups queued while active
 	Forked          bool      `json:"forked"`              // launched with the parent's context
+	LaunchKey       string    `json:"launchKey,omitempty"` // the launch's idempotency key (LaunchInput.IdempotencyKey)
 	Depth           int       `json:"depth,omitempty"`     // 1, or its parent task's depth + 1
 	// AnchorSessionID is the session whose per-parent cap and tree budget the task counts
 	// under when it is not its parent: a task launched by a session the Manager did not know
@@ -108,6 +113,9 @@ type Task struct {
 	FirstStep Usage `json:"firstStep,omitzero"`
 	// Budget bounds what each run may use (WithTaskBudget); a run that reaches it is aborted.
 	Budget Budget `json:"budget,omitzero"`
+	// Worktree is the task's git worktree and what its runs changed there, when it was
+	// launched with [IsolationWorktree]; nil otherwise.
+	Worktree *Worktree `json:"worktree,omitempty"`
 	// Notifications are the parent notifications of the task's run ends that are not
 	// delivered yet, and the last one that was.
 	Notifications []Notification `json:"notifications,omitempty"`
@@ -172,6 +180,7 @@ func (t *Task) clone() Task {
 		s := *t.ForkStats
 		c.ForkStats = &s
 	}
+	c.Worktree = t.Worktree.clone()
 	if t.Permission != nil {
 		p := *t.Permission
 		p.Patterns = slices.Clone(p.Patterns)

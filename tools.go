@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -34,10 +35,14 @@ type Tool struct {
 	Handler     func(ctx context.Context, caller Caller, args json.RawMessage) (string, error)
 }
 
-// Tools returns the five tools of m, named with its tool prefix ([WithToolPrefix]):
-// <prefix>_task (launch or resume), <prefix>_output, <prefix>_cancel, <prefix>_list and
-// <prefix>_clear.
+// Tools returns the six tools of m, named with its tool prefix ([WithToolPrefix]):
+// <prefix>_task (launch or resume), <prefix>_output, <prefix>_cancel, <prefix>_list,
+// <prefix>_clear and <prefix>_merge (merge or discard an isolated task's changes).
+//
+// Once it is called, the Manager's notifications and turn prompts name these tools (see
+// [WithToolHints]).
 func Tools(m *Manager) []Tool {
+	m.toolsOffered.Store(true)
 	p := m.cfg.toolPrefix
 	h := toolHandlers{m: m, prefix: p}
 	defTimeout, maxTimeout := int(DefaultOutputTimeout/time.Second), int(MaxOutputTimeout/time.Second)
@@ -58,6 +63,10 @@ func Tools(m *Manager) []Tool {
 			Parameters: listSchema.json, Handler: h.list},
 		{Name: p + "_clear", Description: "Abort this session's running background tasks and forget all its tasks.",
 			Parameters: clearSchema.json, Handler: h.clear},
+		{Name: p + "_merge", Description: "Apply an isolated task's changes (its branch) to your working tree with a three-way merge, " +
+			"as uncommitted changes beside yours; on a conflict nothing changes and the conflicting files and hunks are listed. " +
+			"Set discard to drop its changes instead.",
+			Parameters: mergeSchema.json, Handler: h.merge},
 	}
 }
 
@@ -75,6 +84,7 @@ type taskArgs struct {
 	ForkMode     string  `json:"fork_mode,omitempty" jsonschema:"With fork: native continues from a copy of this conversation as it is (cheaper with your own agent and model: the prompt cache is reused; too long a conversation falls back to digest), digest sends it as one text cut to fit; absent: the host's default"`
 	Resume       string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
 	Model        string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
+	Isolation    string  `json:"isolation,omitempty" jsonschema:"worktree: the agent works in a git worktree of its own, started from your files as they are now; its changes reach your files only when you merge them with the merge tool. none: it works on your files. Absent: the host's default"`
 	Deadline     float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
 	BudgetTokens int64   `json:"budget_tokens,omitempty" jsonschema:"Tokens a run may use before it is aborted; 0 or absent: the host's default"`
 	BudgetCost   float64 `json:"budget_cost,omitempty" jsonschema:"USD a run may cost before it is aborted; 0 or absent: the host's default"`
@@ -90,6 +100,13 @@ type outputArgs struct {
 	SinceMessageID     string  `json:"since_message_id,omitempty" jsonschema:"With full_session, only messages after this message id"`
 	MessageLimit       int     `json:"message_limit,omitempty" jsonschema:"With full_session, how many messages (default %d)"`
 	ResultOffset       int     `json:"result_offset,omitempty" jsonschema:"Where to start showing the result, in characters from its start; a reply shows at most %d characters and gives the offset of the next part"`
+	Diff               bool    `json:"diff,omitempty" jsonschema:"For an isolated task, also show its changes as a diff"`
+	DiffOffset         int     `json:"diff_offset,omitempty" jsonschema:"With diff, where to start, in bytes; a reply shows at most %d bytes and gives the offset of the next part"`
+}
+
+type mergeArgs struct {
+	TaskID  string `json:"task_id" jsonschema:"The isolated task's id"`
+	Discard bool   `json:"discard,omitempty" jsonschema:"Drop the task's changes and its worktree instead of merging them"`
 }
 
 type cancelArgs struct {
@@ -108,6 +125,7 @@ var (
 		s.Properties["description"].MaxLength = jsonschema.Ptr(MaxDescriptionChars)
 		s.Properties["prompt"].MaxLength = jsonschema.Ptr(MaxPromptChars)
 		s.Properties["fork_mode"].Enum = []any{string(ForkDigest), string(ForkNative)}
+		s.Properties["isolation"].Enum = []any{string(IsolationNone), string(IsolationWorktree)}
 		atLeast(s, "budget_tokens", 0)
 		atLeast(s, "budget_cost", 0)
 		s.If = &jsonschema.Schema{Required: []string{"resume"}}
@@ -120,7 +138,10 @@ var (
 		describe(s, "message_limit", DefaultMessageLimit)
 		between(s, "result_offset", 0, MaxResultChars)
 		describe(s, "result_offset", ResultPageChars)
+		atLeast(s, "diff_offset", 0)
+		describe(s, "diff_offset", DiffPageBytes)
 	})
+	mergeSchema  = schemaFor[mergeArgs](nil)
 	cancelSchema = schemaFor[cancelArgs](nil)
 	listSchema   = schemaFor[listArgs](nil)
 	clearSchema  = schemaFor[clearArgs](nil)
@@ -360,7 +381,7 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 		return h.resume(ctx, caller, in)
 	}
 	t, err := h.m.Launch(ctx, LaunchInput{Caller: caller, Description: in.Description, Prompt: in.Prompt,
-		Agent: in.Agent, Fork: in.Fork, ForkMode: ForkMode(in.ForkMode), Model: in.Model,
+		Agent: in.Agent, Fork: in.Fork, ForkMode: ForkMode(in.ForkMode), Model: in.Model, Isolation: Isolation(in.Isolation), IdempotencyKey: caller.CallID,
 		Deadline: time.Duration(in.Deadline * float64(time.Second)), Budget: budget})
 	if err != nil {
 		if t.ID != "" {
@@ -421,7 +442,8 @@ func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMe
 	}
 	// The schema bounds timeout below; 0 means the default and large values are clamped.
 	opts := OutputOptions{Block: in.Block, FullSession: in.FullSession, SinceMessageID: in.SinceMessageID,
-		MessageLimit: in.MessageLimit, IncludeThinking: in.IncludeThinking, IncludeToolResults: in.IncludeToolResults}
+		MessageLimit: in.MessageLimit, IncludeThinking: in.IncludeThinking, IncludeToolResults: in.IncludeToolResults,
+		Diff: in.Diff, DiffOffset: in.DiffOffset}
 	if in.Timeout > 0 {
 		opts.Timeout = time.Duration(min(in.Timeout, MaxOutputTimeout.Seconds()) * float64(time.Second))
 	}
@@ -432,6 +454,12 @@ func (h toolHandlers) output(ctx context.Context, caller Caller, args json.RawMe
 	text, err := formatOutput(out, h.m.bg.now(), in.ResultOffset)
 	if err != nil {
 		return "", err
+	}
+	if w := out.Task.Worktree; w != nil {
+		text += worktreeText(w, out.Task.DisplayID, h.prefix)
+	}
+	if out.Diff != nil {
+		text += diffText(out.Diff)
 	}
 	if in.FullSession {
 		text += "\n\n" + FormatMessages(out.Messages, out.MoreMessages, in.IncludeThinking, in.IncludeToolResults)
@@ -477,4 +505,36 @@ func (h toolHandlers) clear(ctx context.Context, caller Caller, args json.RawMes
 		return "", err
 	}
 	return fmt.Sprintf("Cleared %d background task(s); aborted %d running.", r.Removed, r.Aborted), nil
+}
+
+func (h toolHandlers) merge(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
+	var in mergeArgs
+	if err := decodeArgs(args, mergeSchema, &in); err != nil {
+		return "", err
+	}
+	if in.Discard {
+		t, err := h.m.Discard(ctx, caller, in.TaskID, false)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Discarded task %s's changes and worktree; your files are as they were.", t.DisplayID), nil
+	}
+	r, err := h.m.Merge(ctx, caller, in.TaskID)
+	var ce *MergeConflictError
+	if errors.As(err, &ce) {
+		return conflictText(ce, h.prefix), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Merged task %s into your working tree: %d files changed, as uncommitted changes beside yours (nothing was committed).", r.Task.DisplayID, len(r.Files))
+	for i, f := range r.Files {
+		if i == maxListedFiles {
+			fmt.Fprintf(&b, "\n… and %d more", len(r.Files)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n- %s (+%d −%d)", hints.Quote(f.Path), f.Added, f.Deleted)
+	}
+	return b.String(), nil
 }

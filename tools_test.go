@@ -45,7 +45,7 @@ func offlineManager(t *testing.T, opts ...asyncagents.Option) *asyncagents.Manag
 
 func TestToolSchemasAndNames(t *testing.T) {
 	m := offlineManager(t, asyncagents.WithToolPrefix("bg"))
-	want := []string{"bg_task", "bg_output", "bg_cancel", "bg_list", "bg_clear"}
+	want := []string{"bg_task", "bg_output", "bg_cancel", "bg_list", "bg_clear", "bg_merge"}
 	ts := asyncagents.Tools(m)
 	if len(ts) != len(want) {
 		t.Fatalf("%d tools", len(ts))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 
 	"github.com/asyncagents/asyncagents/hints"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -43,6 +44,21 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	defer m.bg.recoverAndLog("asking for a parent's turn")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
+	if read := m.retrievedLocked(ob); len(read) > 0 {
+		turnDone(read, TurnRetrieved, "", "")
+		ob.unowe(read)
+		changed := m.entriesLocked(read)
+		none := len(ob.owed) == 0
+		m.mu.Unlock()
+		for _, e := range changed {
+			m.persist(e)
+		}
+		if none {
+			return
+		}
+		m.mu.Lock()
+		ob = m.notes.outboxes[parent]
+	}
 	a := m.turnAskLocked(parent, ob)
 	m.mu.Unlock()
 
@@ -128,8 +144,32 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 			running = append(running, m.tasks.reg.DisplayID(id))
 		}
 	}
-	a.text = hints.Turn(ended, running, m.cfg.toolPrefix)
+	a.text = hints.Turn(ended, running, m.hintPrefix())
 	return a
+}
+
+// retrievedLocked returns the owed notifications of ob whose results the host read already
+// (Output marked the completed run's result retrieved after it ended): their turn is not
+// needed. None while an earlier attempt's prompt may have landed (its outcome decides them).
+func (m *Manager) retrievedLocked(ob *outbox) []noteRef {
+	if ob == nil || ob.turnID != "" {
+		return nil
+	}
+	var read []noteRef
+	for _, r := range ob.owed {
+		e := r.live()
+		if e == nil {
+			continue
+		}
+		note := noteLocked(e, r.key)
+		t := &e.task
+		if note == nil || note.TurnID != "" || t.Status != StatusCompleted || t.Retrieved.Before(note.Created) ||
+			note.Key != t.ID+"/"+strconv.Itoa(t.ResumeCount)+"/"+string(StatusCompleted) {
+			continue
+		}
+		read = append(read, r)
+	}
+	return read
 }
 
 // postTurnSafely makes one attempt at the turn prompt a, bounded like a notification's. It

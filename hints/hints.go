@@ -22,6 +22,10 @@ const (
 // ("asyncagents_output") when [Hidden] is given an empty prefix.
 const DefaultToolPrefix = "asyncagents"
 
+// NoTools, given as the prefix to [Hidden] and [Turn], says the parent's model has not been
+// given the tools (its host reads the results itself): the texts then name no tool.
+const NoTools = "-"
+
 // Notice describes one terminal transition of a task: a run or a resume that ended.
 //
 // Error, Permission and Patterns are the task's text: its child or its provider wrote them.
@@ -40,6 +44,22 @@ type Notice struct {
 	Permission  string        // the permission (or tool) the task waits for an answer to; "" for none
 	Patterns    []string      // what that request asks for
 	Usage       string        // what the run used ("16.2k tokens, $0.0491"), said in the hidden part; "" for nothing
+	Changes     *Changes      // what an isolated task changed on its branch; nil for a task without one
+}
+
+// Changes is what an isolated task's branch changes, for its notification.
+type Changes struct {
+	Branch                string    // the task's branch
+	Files, Added, Deleted int       // files changed, lines added and deleted
+	Overlaps              []Overlap // files others changed too
+	Error                 string    // why its changes could not be committed; "" when they were
+}
+
+// Overlap is a file an isolated task changed that others changed too: With names them
+// (task ids, or "parent" for the parent's working tree).
+type Overlap struct {
+	Path string
+	With []string
 }
 
 // Visible returns the visible part of the parent notification, two lines joined by "\n":
@@ -51,6 +71,10 @@ type Notice struct {
 //	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
 //	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
 //	Task Progress: <Completed>/<Total>
+//
+// An isolated task's notice (Changes set) adds, before the progress line:
+//
+//	Changed <Files> files (+<Added> −<Deleted>) on branch <Branch>.
 //
 // The description is quoted by [Quote], the permission and its patterns by [Permission];
 // the duration is formatted by [Duration].
@@ -72,7 +96,11 @@ func Visible(n Notice, debug bool) string {
 	default:
 		head = fmt.Sprintf("⊘ **Agent %s cancelled after %s.**", Quote(n.Description), d)
 	}
-	s := fmt.Sprintf("%s\nTask Progress: %d/%d", head, n.Completed, n.Total)
+	s := head
+	if c := n.Changes; c != nil && c.Error == "" {
+		s += fmt.Sprintf("\nChanged %d files (+%d −%d) on branch %s.", c.Files, c.Added, c.Deleted, c.Branch)
+	}
+	s += fmt.Sprintf("\nTask Progress: %d/%d", n.Completed, n.Total)
 	if debug {
 		s += " [hint attached]"
 	}
@@ -85,6 +113,17 @@ func Visible(n Notice, debug bool) string {
 //	The task is waiting for a permission answer: <Permission>.          when Permission is set
 //	It used <Usage>.                                                    when Usage is set
 //
+// for an isolated task (Changes set), one of
+//
+//	Its changes are on its branch; your files are untouched until <prefix>_merge(task_id="<DisplayID>").
+//	Its changes could not be committed. The error, quoted: "<Error>"
+//
+// and, when others changed files it changed too,
+//
+//	A merge may conflict: others changed files it changed too: "<path>" (<with>, …); …
+//
+// (paths quoted by [Quote], at most 10, then "and <n> more"),
+//
 // then, while other tasks of the batch are running (Running > 0):
 //
 //	If you need results immediately, use <prefix>_output(task_id="<DisplayID>").
@@ -96,8 +135,9 @@ func Visible(n Notice, debug bool) string {
 //	All <Total> tasks finished.
 //	Use <prefix>_output tools to see agent responses.
 //
-// prefix is the tool-name prefix ([DefaultToolPrefix] when empty); DisplayID is quoted as
-// a Go string. The error's first line is shown by [Quote] (" …" in the quotes says more lines
+// prefix is the tool-name prefix ([DefaultToolPrefix] when empty); with [NoTools] the lines
+// that name a tool are left out, and the merge line says "until it is merged". DisplayID is
+// quoted as a Go string. The error's first line is shown by [Quote] (" …" in the quotes says more lines
 // follow), the permission and its patterns by [Permission]: no text of the task's reaches the
 // hint otherwise, so the parent's model reads it as a quotation, never as guidance.
 func Hidden(n Notice, prefix string) string {
@@ -114,15 +154,22 @@ func Hidden(n Notice, prefix string) string {
 	if n.Usage != "" {
 		lines = append(lines, "It used "+n.Usage+".")
 	}
+	if c := n.Changes; c != nil {
+		lines = append(lines, changesLines(c, n.DisplayID, prefix)...)
+	}
+	tools := prefix != NoTools
 	if n.Running > 0 {
+		if tools {
+			lines = append(lines, fmt.Sprintf("If you need results immediately, use %s_output(task_id=%q).", prefix, n.DisplayID))
+		}
 		lines = append(lines,
-			fmt.Sprintf("If you need results immediately, use %s_output(task_id=%q).", prefix, n.DisplayID),
 			"You can continue working or just say 'waiting' and halt.",
 			"WATCH OUT for leftovers, you will likely WANT to wait for all agents to complete.")
 	} else {
-		lines = append(lines,
-			fmt.Sprintf("All %d tasks finished.", n.Total),
-			fmt.Sprintf("Use %s_output tools to see agent responses.", prefix))
+		lines = append(lines, fmt.Sprintf("All %d tasks finished.", n.Total))
+		if tools {
+			lines = append(lines, fmt.Sprintf("Use %s_output tools to see agent responses.", prefix))
+		}
 	}
 	return strings.Join(lines, "\n")
 }
@@ -155,7 +202,8 @@ const maxListed = 10
 //	Their notifications are above. Use <prefix>_output(task_id="<id>") to read a result.
 //
 // Each line lists at most 10 ids, then "and <n> more". prefix is the tool-name prefix
-// ([DefaultToolPrefix] when empty).
+// ([DefaultToolPrefix] when empty); with [NoTools] the last line is "Their notifications are
+// above."
 func Turn(ended, running []string, prefix string) string {
 	if prefix == "" {
 		prefix = DefaultToolPrefix
@@ -166,7 +214,11 @@ func Turn(ended, running []string, prefix string) string {
 	} else {
 		lines = append(lines, "No background task is running.")
 	}
-	lines = append(lines, fmt.Sprintf("Their notifications are above. Use %s_output(task_id=\"<id>\") to read a result.", prefix))
+	if prefix == NoTools {
+		lines = append(lines, "Their notifications are above.")
+	} else {
+		lines = append(lines, fmt.Sprintf("Their notifications are above. Use %s_output(task_id=\"<id>\") to read a result.", prefix))
+	}
 	return strings.Join(lines, "\n")
 }
 
@@ -176,4 +228,28 @@ func list(ids []string) string {
 		return strings.Join(ids, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(ids[:maxListed], ", "), len(ids)-maxListed)
+}
+
+// changesLines are the lines of Hidden that say what an isolated task changed.
+func changesLines(c *Changes, id, prefix string) []string {
+	var lines []string
+	if c.Error != "" {
+		lines = append(lines, "Its changes could not be committed. The error, quoted: "+Quote(firstLine(c.Error)))
+	} else if prefix == NoTools {
+		lines = append(lines, "Its changes are on its branch; your files are untouched until it is merged.")
+	} else {
+		lines = append(lines, fmt.Sprintf("Its changes are on its branch; your files are untouched until %s_merge(task_id=%q).", prefix, id))
+	}
+	if len(c.Overlaps) == 0 {
+		return lines
+	}
+	files := make([]string, 0, min(len(c.Overlaps), maxListed))
+	for _, o := range c.Overlaps[:min(len(c.Overlaps), maxListed)] {
+		files = append(files, fmt.Sprintf("%s (%s)", Quote(o.Path), strings.Join(o.With, ", ")))
+	}
+	s := "A merge may conflict: others changed files it changed too: " + strings.Join(files, "; ")
+	if more := len(c.Overlaps) - len(files); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return append(lines, s+".")
 }

@@ -127,3 +127,16 @@ func TestQuote(t *testing.T) {
 		}
 	}
 }
+
+// With NoTools the hint and the turn prompt name no tool: the host reads the results itself.
+func TestNoToolsNamesNoTool(t *testing.T) {
+	for _, n := range []hints.Notice{{Outcome: hints.Completed, Total: 2, Running: 1, DisplayID: "ses_1"},
+		{Outcome: hints.Completed, Total: 1, Changes: &hints.Changes{Branch: "b", Files: 1}}} {
+		if s := hints.Hidden(n, hints.NoTools); strings.Contains(s, "_output") || strings.Contains(s, "_merge") || strings.Contains(s, hints.NoTools+"_") {
+			t.Errorf("Hidden(%+v, NoTools) = %q", n, s)
+		}
+	}
+	if s := hints.Turn([]string{"ses_1"}, nil, hints.NoTools); strings.Contains(s, "_output") || !strings.HasSuffix(s, "Their notifications are above.") {
+		t.Errorf("Turn(NoTools) = %q", s)
+	}
+}

@@ -152,7 +152,7 @@ type candidate struct {
 }
 
 func (c candidate) caller() asyncagents.Caller {
-	return asyncagents.Caller{SessionID: c.session, MessageID: c.message, Agent: c.agent}
+	return asyncagents.Caller{SessionID: c.session, MessageID: c.message, Agent: c.agent, CallID: c.callID}
 }
 
 // matching returns the candidates among parts that are calls of the tool named name with
@@ -300,7 +300,7 @@ func (s *Server) fromPlugin(ctx context.Context, name string, pc pluginCaller, a
 			case !s.claims.claim(pc.CallID, time.Now()):
 				return refuse("is being answered already")
 			default:
-				c := asyncagents.Caller{SessionID: pc.SessionID, MessageID: m.Info.ID, Agent: m.Info.Agent}
+				c := asyncagents.Caller{SessionID: pc.SessionID, MessageID: m.Info.ID, Agent: m.Info.Agent, CallID: pc.CallID}
 				if p.MessageID != "" {
 					c.MessageID = p.MessageID
 				}

@@ -119,7 +119,7 @@ func FuzzCall(f *testing.F) {
 	} {
 		f.Add(seed.tool, []byte(seed.args), []byte(seed.meta))
 	}
-	names := []string{"asyncagents_task", "asyncagents_output", "asyncagents_cancel", "asyncagents_list", "asyncagents_clear", "bogus"}
+	names := []string{"asyncagents_task", "asyncagents_output", "asyncagents_cancel", "asyncagents_list", "asyncagents_clear", "asyncagents_merge", "bogus"}
 	f.Fuzz(func(t *testing.T, tool uint8, args, meta []byte) {
 		var md mcp.Meta
 		_ = json.Unmarshal(meta, &md)

@@ -3,7 +3,7 @@
 // streamable HTTP, an [http.Handler] that a host mounts and registers with OpenCode.
 //
 // The model sees the tools as asyncagents_task, asyncagents_output, asyncagents_cancel,
-// asyncagents_list and asyncagents_clear (the Manager's tool prefix, which is also the name
+// asyncagents_list, asyncagents_clear and asyncagents_merge (the Manager's tool prefix, which is also the name
 // to register the server under). Each call runs the tool's handler for its caller: the
 // session, message and agent that made it. OpenCode 1.18.33 does not tell an MCP server
 // who calls, so the [Server] finds out from the _caller argument that the companion

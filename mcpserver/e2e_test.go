@@ -518,7 +518,7 @@ func testEndToEnd(t *testing.T, f *fixture, forkMode string) {
 			}
 		}
 	}
-	for _, name := range []string{"asyncagents_task", "asyncagents_output", "asyncagents_cancel", "asyncagents_list", "asyncagents_clear"} {
+	for _, name := range []string{"asyncagents_task", "asyncagents_output", "asyncagents_cancel", "asyncagents_list", "asyncagents_clear", "asyncagents_merge"} {
 		if !offered(final, name) {
 			t.Fatalf("the parent was not offered %s: %v", name, final.Tools)
 		}

@@ -272,8 +272,9 @@ type ForkSessionRequest struct {
 	// MessageID cuts the copy: only the messages created strictly before it are copied (an
 	// id the session does not have copies them all); "" copies all of them.
 	MessageID string `json:"messageID,omitempty"`
-	// Directory is where the new session lives (?directory=): OpenCode 1.18.33 puts a fork
-	// in the directory of the request, not in the original's; "" uses the client's default.
+	// Directory is the instance the request goes to (?directory=); "" uses the client's
+	// default. It does not move the fork: OpenCode 1.18.33 puts a fork in the original
+	// session's directory, whatever the request names.
 	Directory string `json:"-"`
 }
 

@@ -38,7 +38,6 @@ func TestOpenRefuses(t *testing.T) {
 		{"git too old", repo, t.TempDir(), []worktree.Option{worktree.WithGit(oldGit)}, worktree.ErrGitVersion},
 		{"a root inside the working tree", repo, filepath.Join(repo, "worktrees"), nil, worktree.ErrInvalidOption},
 		{"the working tree as root", repo, repo, nil, worktree.ErrInvalidOption},
-		{"an empty root", repo, "", nil, worktree.ErrInvalidOption},
 		{"a bad branch prefix", repo, t.TempDir(), []worktree.Option{worktree.WithBranchPrefix("a..b")}, worktree.ErrInvalidOption},
 		{"an empty branch prefix", repo, t.TempDir(), []worktree.Option{worktree.WithBranchPrefix("")}, worktree.ErrInvalidOption},
 		{"an author with <", repo, t.TempDir(), []worktree.Option{worktree.WithAuthor("a<b", "c")}, worktree.ErrInvalidOption},
@@ -59,6 +58,10 @@ func TestOpenRefuses(t *testing.T) {
 		t.Errorf("Open of .git: %v", err)
 	}
 	write(t, repo, map[string]string{"sub/b.txt": "b\n"})
+	// No root: the worktrees go under the common git directory.
+	if r, err = worktree.Open(ctx, repo, ""); err != nil || r.Root() != filepath.Join(repo, ".git", worktree.DefaultRoot) {
+		t.Errorf("Open with no root = %v, %v; want the root %s", r, err, filepath.Join(repo, ".git", worktree.DefaultRoot))
+	}
 	if r, err = worktree.Open(ctx, filepath.Join(repo, "sub"), filepath.Join(repo, ".git", "asyncagents")); err != nil || r.Dir() != repo {
 		t.Errorf("Open of a subfolder = %v, %v; want the top %s", r, err, repo)
 	}

@@ -11,6 +11,10 @@ import (
 	"sync"
 )
 
+// DefaultRoot is where [Open] puts the task worktrees when it is given no root folder,
+// relative to the repository's common git directory (.git of the main checkout).
+const DefaultRoot = "asyncagents/worktrees"
+
 // MaxIDLen is the longest task id a [Repo] takes.
 const MaxIDLen = 128
 
@@ -38,7 +42,9 @@ var repoLocks sync.Map // string → chan struct{}
 // any folder inside it), with the task worktrees under root: task id works in
 // <root>/<id>. root is made when the first task starts. It must not be inside the
 // parent's working tree (git add -A would take the worktrees in), except inside its .git
-// directory.
+// directory. An empty root is [DefaultRoot] of the repository: <common git dir>/asyncagents/worktrees,
+// which goes with the repository, and which neither git status nor a search of the parent's
+// files sees.
 //
 // Tasks belong to the repository, not to the checkout: a Repo of another checkout of the
 // same repository — a linked worktree, or a task's worktree opened as the parent of nested
@@ -106,7 +112,7 @@ func Open(ctx context.Context, dir, root string, opts ...Option) (*Repo, error) 
 // or ErrInvalidOption when it lies in the parent's working tree outside the .git directory.
 func (r *Repo) checkRoot(root string) (string, error) {
 	if root == "" {
-		return "", fmt.Errorf("%w: empty root folder", ErrInvalidOption)
+		root = filepath.Join(r.common, DefaultRoot)
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {

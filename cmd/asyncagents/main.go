@@ -1,5 +1,5 @@
 // Command asyncagents lets the agents of an OpenCode server run background tasks: it runs the
-// asyncagents Manager beside `opencode serve`, offers its five tools to OpenCode's agents over
+// asyncagents Manager beside `opencode serve`, offers its six tools to OpenCode's agents over
 // MCP, shows the tasks on a status page, and sets projects up to use it.
 //
 // Usage:
@@ -13,7 +13,7 @@
 // A typical setup: run `asyncagents install` in each project (once), start
 // `asyncagents serve` beside `opencode serve`, and open the status page it prints. The
 // project's agents then have the tools asyncagents_task, asyncagents_output,
-// asyncagents_cancel, asyncagents_list and asyncagents_clear.
+// asyncagents_cancel, asyncagents_list, asyncagents_clear and asyncagents_merge.
 //
 // Files (STATE is $XDG_STATE_HOME/asyncagents, else ~/.local/state/asyncagents; on Windows
 // and macOS the user's config directory):

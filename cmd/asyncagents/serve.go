@@ -86,6 +86,8 @@ type serveConfig struct {
 	lease                                                   time.Duration
 	serverName                                              string
 	forkMode                                                string
+	isolation                                               string
+	worktreeRoot                                            string
 }
 
 // taskBounds is what serve lets the models start: the Manager's concurrency limits, its cap
@@ -189,8 +191,16 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 		fmt.Sprintf("with -notify wave, how long a turn waits for more runs to end while some still run: 0 to %v", asyncagents.MaxWaveWindow))
 	fs.StringVar(&c.forkMode, "fork-mode", string(asyncagents.ForkDigest),
 		"how forked tasks get the context when the model does not say: digest (one text, cut to fit) or native (OpenCode's copy of the session, which keeps the prompt cache)")
+	fs.StringVar(&c.isolation, "isolation", string(asyncagents.IsolationNone),
+		"where tasks work when the model does not say: none (in the parent's directory) or worktree (in a git worktree of their own; the model merges their changes with asyncagents_merge). Worktrees are made with git on this machine: the OpenCode server must see the same files")
+	fs.StringVar(&c.worktreeRoot, "worktree-root", "",
+		"the folder isolated tasks' worktrees are made in (default: each repository's .git/asyncagents/worktrees)")
 	if err := parse(fs, args, serveHelp); err != nil {
 		return c, nil, err
+	}
+	if i := asyncagents.Isolation(c.isolation); i != asyncagents.IsolationNone && i != asyncagents.IsolationWorktree {
+		fmt.Fprintf(errOut, "%s: bad -isolation %q: none or worktree\n", fs.Name(), c.isolation)
+		return c, nil, errUsage
 	}
 	if m := asyncagents.ForkMode(c.forkMode); m != asyncagents.ForkDigest && m != asyncagents.ForkNative {
 		fmt.Fprintf(errOut, "%s: bad -fork-mode %q: digest or native\n", fs.Name(), c.forkMode)
@@ -339,7 +349,8 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 	}
 	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
 		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow),
-		asyncagents.WithForkMode(asyncagents.ForkMode(c.forkMode)))...)
+		asyncagents.WithForkMode(asyncagents.ForkMode(c.forkMode)), asyncagents.WithIsolation(asyncagents.Isolation(c.isolation)),
+		asyncagents.WithWorktreeRoot(c.worktreeRoot))...)
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}

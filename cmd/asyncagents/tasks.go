@@ -228,6 +228,9 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 			if t.Error != "" {
 				desc += " — " + firstLine(t.Error, 60)
 			}
+			if t.Worktree != nil {
+				desc += " — " + t.Worktree.Summary()
+			}
 			used := "-"
 			if !t.Usage.IsZero() {
 				used = t.Usage.String()

@@ -99,7 +99,8 @@ func (f *FakeClient) ForkSession(ctx context.Context, id string, req opencode.Fo
 	s.info.Title, s.info.Tokens, s.info.Cost = src.info.Title+" (fork #1)", &tokensJSON{}, 0
 	s.info.Agent, s.info.Model, s.info.Summary, s.info.Permission = "", nil, nil, nil
 	s.info.Time = sessionTimeJSON{Created: now.UnixMilli(), Updated: now.UnixMilli()}
-	s.info.Directory = cmp.Or(req.Directory, f.cfg.dir)
+	// A fork stays in the original's directory, whatever the request names, as on the server.
+	s.info.Directory = cmp.Or(src.info.Directory, f.cfg.dir)
 	s.info.Path = strings.TrimPrefix(s.info.Directory, "/")
 	cut := len(src.msgs)
 	for i, m := range src.msgs {
