@@ -56,7 +56,8 @@
 //
 // A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an
-// ended task, which is [StatusResumed] until that run ends. A task over a concurrency limit
+// ended task, which is [StatusResumed] until that run ends; [Manager.Steer] sends a running
+// task a message its model takes at its next step, within the same run. A task over a concurrency limit
 // ([WithConcurrency]) is [StatusQueued] until a slot frees. The end of a run is seen on the
 // server's event stream (GET /global/event), with a poll of GET /session/status as the
 // fallback. A run that ends with a reply may be completed from what the stream carried of

@@ -107,7 +107,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	}
 	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
 		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}
-	if t.ForkMode == ForkNative && rc == 0 { // after the shared prefix: the cache is not affected
+	if t.ForkMode == ForkNative && rc == 0 && t.Steers == 0 { // after the shared prefix: the cache is not affected
 		req.Parts = append([]opencode.TextPartInput{opencode.NewSyntheticText(nativeFraming)}, req.Parts...)
 	}
 	req.Model, _ = parseModel(t.Model) // validated at launch

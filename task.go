@@ -76,7 +76,7 @@ type Task struct {
 	Directory       string    `json:"directory,omitempty"` // the child session's project directory
 	Server          string    `json:"server,omitempty"`    // the OpenCode server it runs on, as its LeaseStore names it
 	Description     string    `json:"description"`
-	Prompt          string    `json:"prompt"`             // of the current run: the follow-up after a resume
+	Prompt          string    `json:"prompt"`             // of the current run: the follow-up after a resume, the last message after a Steer
 	PromptID        string    `json:"promptID,omitempty"` // the id of that prompt's message, chosen by the Manager
 	Agent           string    `json:"agent"`
 	Model           string    `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
@@ -88,6 +88,7 @@ type Task struct {
 	Retrieved       time.Time `json:"retrieved,omitzero"`  // when Output first returned the result
 	BatchID         string    `json:"batchID"`             // tasks launched while a sibling runs share it
 	ResumeCount     int       `json:"resumeCount"`         // follow-ups sent
+	Steers          int       `json:"steers,omitempty"`    // messages sent to its current run (Steer)
 	FollowUps       []string  `json:"followUps,omitempty"` // follow-ups queued while active
 	Forked          bool      `json:"forked"`              // launched with the parent's context
 	LaunchKey       string    `json:"launchKey,omitempty"` // the launch's idempotency key (LaunchInput.IdempotencyKey)

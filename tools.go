@@ -83,6 +83,7 @@ type taskArgs struct {
 	Fork         bool    `json:"fork,omitempty" jsonschema:"Give the agent this conversation's context"`
 	ForkMode     string  `json:"fork_mode,omitempty" jsonschema:"With fork: native continues from a copy of this conversation as it is (cheaper with your own agent and model: the prompt cache is reused; too long a conversation falls back to digest), digest sends it as one text cut to fit; absent: the host's default"`
 	Resume       string  `json:"resume,omitempty" jsonschema:"Id of a finished task to send the prompt to as a follow-up"`
+	Steer        bool    `json:"steer,omitempty" jsonschema:"With resume: send the prompt to the task while it runs; its model acts on it at its next step, in the same run"`
 	Model        string  `json:"model,omitempty" jsonschema:"Optional model as providerID/modelID"`
 	Isolation    string  `json:"isolation,omitempty" jsonschema:"worktree: the agent works in a git worktree of its own, started from your files as they are now; its changes reach your files only when you merge them with the merge tool. none: it works on your files. Absent: the host's default"`
 	Deadline     float64 `json:"deadline,omitempty" jsonschema:"Seconds the task may run before it is aborted; 0 or absent: the host's default"`
@@ -376,6 +377,17 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 	budget := Budget{Tokens: in.BudgetTokens, Cost: in.BudgetCost}
 	if err := budget.within(h.m.cfg.taskBudget); err != nil {
 		return "", err
+	}
+	if in.Steer && in.Resume == "" {
+		return "", fmt.Errorf("%w: steer needs resume, the id of the running task to steer", ErrInvalidInput)
+	}
+	if in.Steer {
+		t, err := h.m.Steer(ctx, caller, in.Resume, in.Prompt)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Sent to task %s while it runs: its model sees the message at its next step (after the tool calls under way) "+
+			"and the run ends with its reply to it. A notification will come when it finishes.", t.DisplayID), nil
 	}
 	if in.Resume != "" {
 		return h.resume(ctx, caller, in)
