@@ -49,7 +49,7 @@ type Manager struct {
 	//
 	//	entry.save.mu (one task's saves) → mu
 	//	slots.granting → mu
-	//	mu → mirrors.mu, notes.heads.mu, notes.confirms.mu, stream.q.mu, isolation.mu
+	//	mu → mirrors.mu, notes.heads.mu, notes.confirms.mu, stream.q.mu, isolation.mu, progress.mu
 	//
 	// agents.mu is never held with another.
 	//
@@ -68,6 +68,7 @@ type Manager struct {
 	mirrors   mirrors     // what the event stream carried of each run (its own lock)
 	isolation isolation   // the git worktrees of isolated tasks (its own lock)
 	keys      launchKeys  // the launches in flight with an idempotency key (its own lock)
+	progress  digests     // the progress digests posted to parents (its own lock)
 
 	toolsOffered atomic.Bool // Tools was called: the parents' models have the tools (hintPrefix)
 
@@ -242,6 +243,9 @@ func (m *Manager) start() {
 		m.bg.keep("a reconciler", func() { m.reconcileLoop(true) })
 	}
 	m.bg.keep("the notifier", m.notifyLoop)
+	if m.cfg.digestAfter > 0 {
+		m.bg.keep("posting progress digests", m.digestLoop)
+	}
 	m.hosts.start()
 	if m.slots.shared != nil {
 		m.bg.keep("granting concurrency slots", m.grantLoop)

@@ -107,6 +107,8 @@ type config struct {
 	notifyHorizon  time.Duration
 	recordKey      []byte
 	toolHints      bool
+	digestAfter    time.Duration
+	digestEvery    time.Duration
 	isolation      Isolation
 	worktreeRoot   string
 }
@@ -190,6 +192,7 @@ func (c *config) validate() error {
 		{c.recordKey != nil && len(c.recordKey) < 32, func() string {
 			return fmt.Sprintf("record key of %d bytes: at least 32", len(c.recordKey))
 		}},
+		{c.digestAfter < 0, func() string { return fmt.Sprintf("progress digest after %v must not be negative", c.digestAfter) }},
 		{!c.isolation.valid(), func() string { return fmt.Sprintf("isolation %s: want none or worktree", echo(string(c.isolation))) }},
 		{c.waveWindow < 0 || c.waveWindow > MaxWaveWindow, func() string {
 			return fmt.Sprintf("wave window %v must be 0 to %v", c.waveWindow, MaxWaveWindow)
@@ -393,3 +396,14 @@ func WithWorktreeRoot(root string) Option {
 // that a host that reads the results itself does not send its model to tools it never gave
 // it; [Tools] turns it on (and so does the MCP bridge, which serves them).
 func WithToolHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.toolHints = on }) }
+
+// WithProgressDigest shows a parent's model the progress of its tasks that run longer than
+// after: a digest of them (elapsed time, tool calls, last tool, usage so far), posted without
+// reply at most once every every, and only while the parent is idle after a turn of its
+// model, so that it starts no turn and its model reads it at its next (see [DigestText]). Off
+// by default (after 0): a host that follows its tasks itself may not want its model's context
+// to grow; asyncagents serve turns it on with [DefaultDigestAfter] and [DefaultDigestEvery].
+// every below a second is a second.
+func WithProgressDigest(after, every time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.digestAfter, cfg.digestEvery = after, max(every, time.Second) })
+}

@@ -139,6 +139,9 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 			a.tasks = append(a.tasks, e.task.ID)
 		}
 	}
+	if d := m.progress.lastID(parent); d != "" && len(a.ours) > 0 {
+		a.ours[d] = true // a digest is the Manager's own message, not a turn that saw them
+	}
 	for _, id := range m.tasks.reg.Tasks(parent) {
 		if e := m.tasks.byID[id]; e != nil && !e.task.Status.Terminal() {
 			running = append(running, m.tasks.reg.DisplayID(id))
