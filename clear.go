@@ -30,7 +30,7 @@ func (m *Manager) Cancel(ctx context.Context, caller Caller, id string) (Task, e
 		m.finish(e, rc, StatusCancelled, "", "cancelled")
 		return m.snapshot(e), nil
 	}
-	if err := m.abortAs(ctx, e, rc, runEnd{StatusCancelled, "cancelled"}); err != nil {
+	if err := m.abortAs(ctx, e, rc, runEnd{status: StatusCancelled, msg: "cancelled"}); err != nil {
 		return Task{}, fmt.Errorf("asyncagents: abort %s: %w", tid, err)
 	}
 	return m.snapshot(e), nil

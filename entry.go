@@ -139,6 +139,7 @@ func (e *entry) countTool(part *opencode.Part, now time.Time) bool {
 // message id newer than baseline, chosen at now, so that OpenCode answers it.
 func (e *entry) startRun(now time.Time, baseline string) {
 	e.run = runState{baseline: baseline}
+	e.task.Paused = false
 	e.task.PromptID = opencode.NewMessageID(now, baseline)
 }
 

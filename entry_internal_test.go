@@ -50,8 +50,8 @@ func TestEntryExpired(t *testing.T) {
 	if _, ok := e.expired(t0.Add(30*time.Second), 0); ok {
 		t.Fatal("expired before anything")
 	}
-	if msg, ok := e.expired(t0.Add(time.Minute), 0); !ok || !strings.HasPrefix(msg, "deadline") {
-		t.Errorf("at the deadline: %q %v", msg, ok)
+	if w, ok := e.expired(t0.Add(time.Minute), 0); !ok || !strings.HasPrefix(w.msg, "deadline") || w.budget {
+		t.Errorf("at the deadline: %q %v", w.msg, ok)
 	}
 	e.task.Deadline = 0
 	e.task.RunUsage = Usage{Input: 10}
@@ -59,15 +59,15 @@ func TestEntryExpired(t *testing.T) {
 		t.Error("a run that ended at its budget was stopped")
 	}
 	e.run.lastFinish = "tool-calls"
-	if msg, ok := e.expired(t0, 0); !ok || !strings.HasPrefix(msg, "budget") {
-		t.Errorf("at the budget: %q %v", msg, ok)
+	if w, ok := e.expired(t0, 0); !ok || !strings.HasPrefix(w.msg, "budget") || !w.budget {
+		t.Errorf("at the budget: %q %v", w.msg, ok)
 	}
 	e.task.Budget = Budget{}
 	e.run.active, e.run.retry = t0.Add(time.Minute), "rate limited"
 	if _, ok := e.expired(t0.Add(2*time.Minute), 2*time.Minute); ok {
 		t.Error("stale counted from the start, not the last activity")
 	}
-	if msg, ok := e.expired(t0.Add(3*time.Minute), 2*time.Minute); !ok || !strings.Contains(msg, "rate limited") {
-		t.Errorf("stale: %q %v", msg, ok)
+	if w, ok := e.expired(t0.Add(3*time.Minute), 2*time.Minute); !ok || !strings.Contains(w.msg, "rate limited") {
+		t.Errorf("stale: %q %v", w.msg, ok)
 	}
 }

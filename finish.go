@@ -38,8 +38,9 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 	if m.tasks.byID[e.task.ID] != e || e.task.ResumeCount != rc || e.task.Status.Terminal() {
 		return finished{}, false
 	}
-	if e.run.aborting != nil {
-		st, result, errMsg = e.run.aborting.status, "", e.run.aborting.msg
+	if a := e.run.aborting; a != nil {
+		st, result, errMsg = a.status, a.result, a.msg
+		e.task.Paused = a.paused
 		e.run.aborting = nil
 	}
 	e.task.Status, e.task.Completed = st, m.bg.now()
@@ -79,7 +80,7 @@ func (m *Manager) afterFinish(f finished) {
 func (m *Manager) notifyLocked(e *entry) {
 	t := &e.task
 	n := hints.Notice{Description: t.Description, Duration: t.Duration(m.bg.now()), DisplayID: m.tasks.reg.DisplayID(t.ID),
-		Resume: t.ResumeCount, Usage: t.usageText(), Changes: t.Worktree.changes()}
+		Resume: t.ResumeCount, Usage: t.usageText(), Changes: t.Worktree.changes(), Paused: t.Paused}
 	switch t.Status {
 	case StatusCompleted:
 		n.Outcome = hints.Completed

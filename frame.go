@@ -67,11 +67,18 @@ func formatOutput(out Output, now time.Time, offset int) (string, error) {
 		if err := framedResult(&b, t.Result, offset); err != nil {
 			return "", err
 		}
+	case StatusCancelled:
+		if !t.Paused {
+			fmt.Fprintf(&b, "Task %s was cancelled after %s.\nDescription: %s", t.DisplayID, d, t.Description)
+			break
+		}
+		fmt.Fprintf(&b, "Task %s paused at its budget after %s: %s\nDescription: %s\nWhat it did so far:\n", t.DisplayID, d, t.Error, t.Description)
+		if err := framedResult(&b, t.Result, offset); err != nil {
+			return "", err
+		}
 	case StatusError:
 		fmt.Fprintf(&b, "Task %s failed after %s.\nDescription: %s\nError (the task's text, %s):\n%s",
 			t.DisplayID, d, t.Description, dataNote, frame("task_error", t.Error))
-	case StatusCancelled:
-		fmt.Fprintf(&b, "Task %s was cancelled after %s.\nDescription: %s", t.DisplayID, d, t.Description)
 	default:
 		fmt.Fprintf(&b, "Task %s is %s (%s so far).\nDescription: %s\nTool calls: %d", t.DisplayID, t.Status, d, t.Description, t.Progress.ToolCalls)
 		if len(t.Progress.LastTools) > 0 {

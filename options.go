@@ -107,6 +107,7 @@ type config struct {
 	notifyHorizon  time.Duration
 	recordKey      []byte
 	toolHints      bool
+	budgetPause    bool
 	digestAfter    time.Duration
 	digestEvery    time.Duration
 	isolation      Isolation
@@ -407,3 +408,10 @@ func WithToolHints(on bool) Option { return optionFunc(func(cfg *config) { cfg.t
 func WithProgressDigest(after, every time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.digestAfter, cfg.digestEvery = after, max(every, time.Second) })
 }
+
+// WithBudgetPause makes a run that reaches its budget ([WithTaskBudget], LaunchInput.Budget)
+// pause rather than fail: it is aborted as before, but the task ends [StatusCancelled] with
+// Task.Paused set and what the run did so far as its Result, its parent is told so, and
+// [Manager.Resume] (with [ResumeBudget] to change the budget) goes on in the same session.
+// Off by default: the run ends [StatusError].
+func WithBudgetPause(on bool) Option { return optionFunc(func(cfg *config) { cfg.budgetPause = on }) }

@@ -19,8 +19,8 @@ func (m *Manager) poll() {
 		if !e.task.Status.Active() {
 			continue
 		}
-		if msg, ok := e.expired(now, m.cfg.stale); ok {
-			expired = append(expired, watchdog{e, e.task.ResumeCount, msg})
+		if w, ok := e.expired(now, m.cfg.stale); ok {
+			expired = append(expired, w)
 			continue
 		}
 		dirs[e.task.Directory] = append(dirs[e.task.Directory], id)

@@ -32,9 +32,18 @@ import (
 // taken over from there), [ErrClosed], or the server's error. A failure to
 // send the prompt leaves the task in [StatusError] with the reason and returns it with the
 // error.
-func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) (Task, error) {
+func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string, opts ...ResumeOption) (Task, error) {
 	if err := checkText("prompt", prompt, MaxPromptChars, false); err != nil {
 		return Task{}, fmt.Errorf("resume: %w", err)
+	}
+	var rcfg resumeConfig
+	for _, o := range opts {
+		o(&rcfg)
+	}
+	if b := rcfg.budget; b != nil {
+		if err := b.check("task"); err != nil {
+			return Task{}, err
+		}
 	}
 	if err := m.begin(); err != nil {
 		return Task{}, err
@@ -51,6 +60,10 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 	// Running, resumed or queued; or ended with follow-ups still to send (sendFollowUp starts
 	// the next one): the prompt waits behind them, in order.
 	if !e.task.Status.Terminal() || len(e.task.FollowUps) > 0 || e.resuming {
+		if rcfg.budget != nil {
+			m.mu.Unlock()
+			return Task{}, fmt.Errorf("%w: a budget is changed only when resuming an ended task; %s is %s", ErrInvalidInput, e.task.ID, e.task.Status)
+		}
 		t, err := m.queueFollowUpLocked(e, prompt)
 		m.mu.Unlock()
 		if err == nil {
@@ -59,8 +72,20 @@ func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string) 
 		return t, err
 	}
 	m.mu.Unlock()
-	return m.resume(ctx, e, prompt)
+	return m.resume(ctx, e, prompt, rcfg.budget)
 }
+
+// ResumeOption changes what [Manager.Resume] sends.
+type ResumeOption func(*resumeConfig)
+
+type resumeConfig struct {
+	budget *Budget
+}
+
+// ResumeBudget sets the budget of the task's runs from the follow-up on (Task.Budget); for an
+// ended task only ([ErrInvalidInput] otherwise). A task paused at its budget
+// ([WithBudgetPause]) goes on with a larger one.
+func ResumeBudget(b Budget) ResumeOption { return func(c *resumeConfig) { c.budget = &b } }
 
 // queueFollowUpLocked queues prompt for the active task e, or returns ErrTaskBusy.
 func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
@@ -79,8 +104,8 @@ func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
 	return m.viewLocked(e), nil
 }
 
-// resume sends prompt to the ended task e.
-func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, error) {
+// resume sends prompt to the ended task e, with budget as its budget from now on when set.
+func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *Budget) (Task, error) {
 	m.mu.Lock()
 	tid := e.task.ID
 	m.mu.Unlock()
@@ -121,6 +146,9 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string) (Task, er
 	t.Started, t.Completed = m.bg.now(), time.Time{}
 	t.Result, t.Error, t.Retrieved = "", "", time.Time{}
 	t.Prompt, t.RunUsage = prompt, Usage{}
+	if budget != nil {
+		t.Budget = *budget
+	}
 	e.done = make(chan struct{})
 	baseline := ""
 	if len(last) > 0 {
@@ -160,7 +188,7 @@ func (m *Manager) sendFollowUp(e *entry) {
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.bg.ctx, 2*m.cfg.requestTimeout)
 	defer cancel()
-	_, err := m.resume(ctx, e, prompt)
+	_, err := m.resume(ctx, e, prompt, nil)
 	m.mu.Lock()
 	e.resuming = false
 	m.mu.Unlock()

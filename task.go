@@ -81,18 +81,21 @@ type Task struct {
 	Agent           string    `json:"agent"`
 	Model           string    `json:"model,omitempty"` // "providerID/modelID"; empty for the agent's default
 	Status          Status    `json:"status"`
-	Started         time.Time `json:"started"`             // of the current run (of the follow-up after a resume)
-	Completed       time.Time `json:"completed,omitzero"`  // when the current run ended
-	Result          string    `json:"result,omitempty"`    // the final reply's text, when completed
-	Error           string    `json:"error,omitempty"`     // why, when error or cancelled
-	Retrieved       time.Time `json:"retrieved,omitzero"`  // when Output first returned the result
-	BatchID         string    `json:"batchID"`             // tasks launched while a sibling runs share it
-	ResumeCount     int       `json:"resumeCount"`         // follow-ups sent
-	Steers          int       `json:"steers,omitempty"`    // messages sent to its current run (Steer)
-	FollowUps       []string  `json:"followUps,omitempty"` // follow-ups queued while active
-	Forked          bool      `json:"forked"`              // launched with the parent's context
-	LaunchKey       string    `json:"launchKey,omitempty"` // the launch's idempotency key (LaunchInput.IdempotencyKey)
-	Depth           int       `json:"depth,omitempty"`     // 1, or its parent task's depth + 1
+	Started         time.Time `json:"started"`            // of the current run (of the follow-up after a resume)
+	Completed       time.Time `json:"completed,omitzero"` // when the current run ended
+	Result          string    `json:"result,omitempty"`   // the final reply's text, when completed
+	Error           string    `json:"error,omitempty"`    // why, when error or cancelled
+	Retrieved       time.Time `json:"retrieved,omitzero"` // when Output first returned the result
+	BatchID         string    `json:"batchID"`            // tasks launched while a sibling runs share it
+	ResumeCount     int       `json:"resumeCount"`        // follow-ups sent
+	Steers          int       `json:"steers,omitempty"`   // messages sent to its current run (Steer)
+	// Paused is set on a task cancelled at its budget under WithBudgetPause: Result holds what
+	// its run did so far, and Resume goes on from there.
+	Paused    bool     `json:"paused,omitempty"`
+	FollowUps []string `json:"followUps,omitempty"` // follow-ups queued while active
+	Forked    bool     `json:"forked"`              // launched with the parent's context
+	LaunchKey string   `json:"launchKey,omitempty"` // the launch's idempotency key (LaunchInput.IdempotencyKey)
+	Depth     int      `json:"depth,omitempty"`     // 1, or its parent task's depth + 1
 	// AnchorSessionID is the session whose per-parent cap and tree budget the task counts
 	// under when it is not its parent: a task launched by a session the Manager did not know
 	// (OpenCode's own subagent, say) counts under the nearest task or parent with tasks above

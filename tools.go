@@ -406,7 +406,11 @@ func (h toolHandlers) task(ctx context.Context, caller Caller, args json.RawMess
 
 // resume sends the task tool's follow-up and says what became of it.
 func (h toolHandlers) resume(ctx context.Context, caller Caller, in taskArgs) (string, error) {
-	t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt)
+	var opts []ResumeOption
+	if b := (Budget{Tokens: in.BudgetTokens, Cost: in.BudgetCost}); !b.IsZero() {
+		opts = append(opts, ResumeBudget(b.or(h.m.cfg.taskBudget)))
+	}
+	t, err := h.m.Resume(ctx, caller, in.Resume, in.Prompt, opts...)
 	if err != nil {
 		return "", err
 	}

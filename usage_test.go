@@ -394,3 +394,33 @@ func TestBudgetReachedByTheLastStepCompletes(t *testing.T) {
 		t.Errorf("task %s: %q (the run had completed)", got.Status, got.Error)
 	}
 }
+
+// Under WithBudgetPause a run that reaches its budget is stopped but kept: the task is
+// cancelled, Paused, with what it did so far as its result; its parent is told it paused;
+// Resume with a larger budget goes on in the same session.
+func TestRealServerBudgetPausesTheRun(t *testing.T) {
+	t.Parallel()
+	srv := shared.Get(t)
+	c := srv.Client()
+	m := asyncagentstest.NewManager(t, c, asyncagents.WithTaskBudget(asyncagents.Budget{Tokens: 10_000}), asyncagents.WithBudgetPause(true),
+		asyncagents.WithPollInterval(100*time.Millisecond), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
+	caller := asyncagentstest.NewParent(t, c)
+	task := asyncagentstest.Launch(t, m, caller, "RUN:sleep 0 ||| sleep 0 ||| sleep 90 ||| echo never")
+	got := asyncagentstest.Await(t, m, caller, task.ID)
+	if got.Status != asyncagents.StatusCancelled || !got.Paused || !strings.HasPrefix(got.Error, "paused: the run used") || got.Result == "" {
+		t.Fatalf("task %s paused=%v: %q, result %q", got.Status, got.Paused, got.Error, got.Result)
+	}
+	if notes := asyncagentstest.AwaitNotifications(t, c, caller.SessionID, 1); !strings.Contains(notes[0], "paused at its budget") {
+		t.Errorf("notification %q does not say the task paused", notes[0])
+	}
+	if out := asyncagents.FormatOutput(asyncagents.Output{Task: got}, time.Now()); !strings.Contains(out, "What it did so far") {
+		t.Errorf("output of a paused task:\n%s", out)
+	}
+	if _, err := m.Resume(context.Background(), caller, task.ID, "RUN:echo resumed", asyncagents.ResumeBudget(asyncagents.Budget{Tokens: 100_000})); err != nil {
+		t.Fatal(err)
+	}
+	again := asyncagentstest.Await(t, m, caller, task.ID)
+	if again.Status != asyncagents.StatusCompleted || again.Paused || !strings.Contains(again.Result, "resumed") || again.Budget.Tokens != 100_000 {
+		t.Errorf("resumed with a larger budget: %s paused=%v %q budget %v", again.Status, again.Paused, again.Result, again.Budget)
+	}
+}

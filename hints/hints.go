@@ -45,6 +45,7 @@ type Notice struct {
 	Patterns    []string      // what that request asks for
 	Usage       string        // what the run used ("16.2k tokens, $0.0491"), said in the hidden part; "" for nothing
 	Changes     *Changes      // what an isolated task changed on its branch; nil for a task without one
+	Paused      bool          // Cancelled at its budget, to be resumed (WithBudgetPause)
 }
 
 // Changes is what an isolated task's branch changes, for its notification.
@@ -68,6 +69,7 @@ type Overlap struct {
 //	✗ **Agent "<description>" failed in <duration>.**       Failed
 //	⊘ **Agent "<description>" cancelled after <duration>.** Cancelled
 //	⏸ **Agent "<description>" is waiting for permission: <permission>.**  Waiting, Permission set
+//	⏸ **Agent "<description>" paused at its budget after <duration>.**     Paused
 //	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
 //	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
 //	Task Progress: <Completed>/<Total>
@@ -83,6 +85,8 @@ func Visible(n Notice, debug bool) string {
 	var head string
 	d := Duration(n.Duration)
 	switch {
+	case n.Paused:
+		head = fmt.Sprintf("⏸ **Agent %s paused at its budget after %s.**", Quote(n.Description), d)
 	case n.Resume > 0 && n.Outcome == Completed:
 		head = fmt.Sprintf("✓ **Resume #%d completed in %s.**", n.Resume, d)
 	case n.Resume > 0:
@@ -150,6 +154,14 @@ func Hidden(n Notice, prefix string) string {
 	}
 	if n.Permission != "" {
 		lines = append(lines, "The task is waiting for a permission answer: "+Permission(n.Permission, n.Patterns)+".")
+	}
+	if n.Paused {
+		s := "Its run reached its budget and was stopped; what it did so far is its result. Resume it to go on (with a larger budget if you wish), or clear it."
+		if prefix != NoTools {
+			s = fmt.Sprintf("Its run reached its budget and was stopped; %s_output(task_id=%q) shows what it did so far. "+
+				"Resume it with %s_task (resume, and budget_tokens or budget_cost to change the budget) to go on, or clear it.", prefix, n.DisplayID, prefix)
+		}
+		lines = append(lines, s)
 	}
 	if n.Usage != "" {
 		lines = append(lines, "It used "+n.Usage+".")

@@ -88,6 +88,7 @@ type serveConfig struct {
 	forkMode                                                string
 	isolation                                               string
 	digestAfter, digestEvery                                time.Duration
+	budgetPause                                             bool
 	worktreeRoot                                            string
 }
 
@@ -194,6 +195,8 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 		"how forked tasks get the context when the model does not say: digest (one text, cut to fit) or native (OpenCode's copy of the session, which keeps the prompt cache)")
 	fs.StringVar(&c.isolation, "isolation", string(asyncagents.IsolationNone),
 		"where tasks work when the model does not say: none (in the parent's directory) or worktree (in a git worktree of their own; the model merges their changes with asyncagents_merge). Worktrees are made with git on this machine: the OpenCode server must see the same files")
+	fs.BoolVar(&c.budgetPause, "budget-pause", false,
+		"a run that reaches its budget pauses (cancelled, with what it did so far; a resume goes on) rather than fails")
 	fs.DurationVar(&c.digestAfter, "digest-after", asyncagents.DefaultDigestAfter,
 		"show a session's model the progress of its tasks running longer than this, at its next turn (0: never)")
 	fs.DurationVar(&c.digestEvery, "digest-every", asyncagents.DefaultDigestEvery, "the least time between two progress digests to one session")
@@ -354,7 +357,8 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
 		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow),
 		asyncagents.WithForkMode(asyncagents.ForkMode(c.forkMode)), asyncagents.WithIsolation(asyncagents.Isolation(c.isolation)),
-		asyncagents.WithWorktreeRoot(c.worktreeRoot), asyncagents.WithProgressDigest(c.digestAfter, c.digestEvery))...)
+		asyncagents.WithWorktreeRoot(c.worktreeRoot), asyncagents.WithProgressDigest(c.digestAfter, c.digestEvery),
+		asyncagents.WithBudgetPause(c.budgetPause))...)
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}
