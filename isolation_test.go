@@ -19,7 +19,7 @@ import (
 
 // gitIn runs git in dir with a configuration of its own (no system or global file) and
 // returns its output.
-func gitIn(t *testing.T, dir string, args ...string) string {
+func gitIn(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com",
 		"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
@@ -98,7 +98,7 @@ func TestRealServerIsolatedTasksMergeAndConflict(t *testing.T) {
 	}
 	status := gitIn(t, dir, "status", "--porcelain")
 
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := ctxT(t, 6*time.Minute)
 	parent, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Directory: dir, Title: "isolated parent"})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,13 @@ func TestRealServerIsolatedTasksMergeAndConflict(t *testing.T) {
 		}
 	}
 	for _, e := range edits {
-		task := asyncagentstest.Await(t, m, caller, ids[e.name])
+		// Each worktree is a project directory OpenCode opens an instance for, which on a
+		// loaded machine takes a while: wait longer than Await does.
+		out, err := m.Output(ctx, caller, ids[e.name], asyncagents.OutputOptions{Block: true, Timeout: 150 * time.Second})
+		if err != nil || out.TimedOut {
+			t.Fatalf("task %s: %v, still %s", e.name, err, out.Task.Status)
+		}
+		task := out.Task
 		w := task.Worktree
 		if task.Status != asyncagents.StatusCompleted || w == nil {
 			t.Fatalf("task %s: %s %q, worktree %+v", e.name, task.Status, task.Error, w)
