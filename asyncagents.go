@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asyncagents/asyncagents/manager"
@@ -69,8 +68,6 @@ type Manager struct {
 	isolation isolation   // the git worktrees of isolated tasks (its own lock)
 	keys      launchKeys  // the launches in flight with an idempotency key (its own lock)
 	progress  digests     // the progress digests posted to parents (its own lock)
-
-	toolsOffered atomic.Bool // Tools was called: the parents' models have the tools (hintPrefix)
 
 	lossGrace time.Duration // lossGrace, or what a test sets (under mu)
 	afterPost func()        // nil, or what a test runs between a notification's post and its outcome

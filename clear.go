@@ -100,7 +100,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
 		return res, fmt.Errorf("asyncagents: delete tasks: %w", err)
 	}
-	m.removeWorktrees(isolated)
+	m.isolation.removeWorktrees(m.bg.ctx, isolated, m.cfg.logger)
 	return res, nil
 }
 

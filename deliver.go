@@ -344,7 +344,7 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 		if m.cfg.notifyPolicy == NotifyPerRun {
 			return false, m.client.PromptAsync(ctx, parent, req)
 		}
-		err = m.postNoReply(ctx, parent, req)
+		err = postNoReply(ctx, m.client, parent, req)
 		return err == nil, err
 	})
 	return confirmed, err
@@ -372,7 +372,7 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(n
 			return "", false, false, err // NotFound here: the parent is gone
 		}
 	}
-	after, err := m.newestBefore(ctx, parent)
+	after, err := m.notes.heads.newestBefore(ctx, m.client, parent, m.mirrors.live.Load(), m.bg.now())
 	if err != nil {
 		return "", false, false, err
 	}
@@ -404,25 +404,24 @@ type messagePoster interface {
 // postNoReply posts req to session without reply (POST /session/{id}/message with noReply)
 // and discards the answer, which echoes the message posted: with a client that can skip
 // decoding it (a messagePoster, as opencode.HTTPClient is) it does, otherwise it is Prompt.
-func (m *Manager) postNoReply(ctx context.Context, session string, req opencode.PromptRequest) error {
+func postNoReply(ctx context.Context, client opencode.Client, session string, req opencode.PromptRequest) error {
 	req.NoReply = true
-	if p, ok := m.client.(messagePoster); ok {
+	if p, ok := client.(messagePoster); ok {
 		_, err := p.PostMessage(ctx, session, req)
 		return err
 	}
-	_, err := m.client.Prompt(ctx, session, req)
+	_, err := client.Prompt(ctx, session, req)
 	return err
 }
 
 // newestBefore returns the id a notification to parent must sort after: the parent's newest
-// message, known (see above) or read.
-func (m *Manager) newestBefore(ctx context.Context, parent string) (string, error) {
-	live, now := m.mirrors.live.Load(), m.bg.now()
-	if id, ok := m.notes.heads.known(parent, live, now); ok {
+// message, known on connection live at now (see above) or read from client.
+func (h *heads) newestBefore(ctx context.Context, client opencode.Client, parent string, live uint64, now time.Time) (string, error) {
+	if id, ok := h.known(parent, live, now); ok {
 		return id, nil
 	}
-	tracked := m.notes.heads.track(parent, live)
-	last, err := m.client.Messages(ctx, parent, 1)
+	tracked := h.track(parent, live)
+	last, err := client.Messages(ctx, parent, 1)
 	if err != nil {
 		return "", err
 	}
@@ -431,7 +430,7 @@ func (m *Manager) newestBefore(ctx context.Context, parent string) (string, erro
 		after = last[0].Info.ID
 	}
 	if tracked {
-		m.notes.heads.read(parent, after, live, now)
+		h.read(parent, after, live, now)
 	}
 	return after, nil
 }

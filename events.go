@@ -112,7 +112,7 @@ func (m *Manager) sessionDeleted(id string) {
 			m.cfg.logger.Warn("asyncagents: delete tasks of deleted parent", "err", err)
 		}
 	}
-	m.removeWorktrees(isolated)
+	m.isolation.removeWorktrees(m.bg.ctx, isolated, m.cfg.logger)
 	if own != nil {
 		m.finish(own, own.task.ResumeCount, StatusCancelled, "", "session deleted")
 	}

@@ -94,7 +94,7 @@ func (m *Manager) notifyLocked(e *entry) {
 	}
 	m.queueNoteLocked(e, Notification{
 		Key:     t.ID + "/" + strconv.Itoa(t.ResumeCount) + "/" + string(t.Status),
-		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.hintPrefix()),
+		Visible: hints.Visible(n, m.cfg.debugHints), Hidden: hints.Hidden(n, m.notes.prefix()),
 	})
 }
 

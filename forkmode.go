@@ -87,7 +87,7 @@ func (m *Manager) forkChild(ctx context.Context, in LaunchInput, dir string, rul
 	}
 	if len(rules) > 0 {
 		if _, err := m.client.UpdateSession(ctx, sess.ID, opencode.UpdateSessionRequest{Permission: rules, Directory: dir}); err != nil {
-			m.deleteSession(sess.ID)
+			m.bg.deleteSession(m.client, sess.ID)
 			return nil, "", fmt.Errorf("asyncagents: set the fork's permission rules: %w", err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -197,19 +198,20 @@ func newWorktreeID() string {
 
 // isolate makes the worktree of a task launched from dir (its parent's directory): the
 // returned record's Dir is where its session works. It returns an error matching
-// ErrIsolation, and the worktree package's, when dir's project cannot give it one.
-func (m *Manager) isolate(ctx context.Context, dir string) (*Worktree, error) {
-	r, err := m.isolation.repo(ctx, dir, m.liveWorktrees)
+// ErrIsolation, and the worktree package's, when dir's project cannot give it one. live
+// reports the worktrees tasks record, for the sweep of a repository opened the first time.
+func (is *isolation) isolate(ctx context.Context, dir string, live func() (map[string]bool, bool)) (*Worktree, error) {
+	r, err := is.repo(ctx, dir, live)
 	if err != nil {
 		return nil, isolationErr(err)
 	}
 	id := newWorktreeID()
-	m.isolation.mu.Lock()
-	m.isolation.starting[id] = true
-	m.isolation.mu.Unlock()
+	is.mu.Lock()
+	is.starting[id] = true
+	is.mu.Unlock()
 	t, err := r.Start(ctx, id)
 	if err != nil {
-		m.isolation.started(id)
+		is.started(id)
 		return nil, isolationErr(err)
 	}
 	w := &Worktree{ID: id, Repo: r.Dir(), Dir: t.Dir, Branch: t.Branch, Base: t.Base}
@@ -227,19 +229,19 @@ func (is *isolation) started(id string) {
 }
 
 // unisolate removes the worktree of a launch that failed before its task was recorded.
-func (m *Manager) unisolate(w *Worktree) {
+func (is *isolation) unisolate(ctx context.Context, w *Worktree, logger *slog.Logger) {
 	if w == nil {
 		return
 	}
-	defer m.isolation.started(w.ID)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.bg.ctx), worktreeSettle)
+	defer is.started(w.ID)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), worktreeSettle)
 	defer cancel()
-	r, err := m.isolation.repo(ctx, w.Repo, nil)
+	r, err := is.repo(ctx, w.Repo, nil)
 	if err == nil {
 		err = r.Discard(ctx, w.ID, false)
 	}
 	if err != nil {
-		m.cfg.logger.Warn("asyncagents: remove the worktree of a failed launch", "worktree", w.Dir, "err", err)
+		logger.Warn("asyncagents: remove the worktree of a failed launch", "worktree", w.Dir, "err", err)
 	}
 }
 
@@ -283,12 +285,12 @@ func (m *Manager) settleWorktree(e *entry, rc int) {
 		m.mu.Unlock()
 		return
 	}
-	siblings := m.siblingWorktreesLocked(e)
+	siblings := m.tasks.siblingWorktrees(e)
 	m.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(m.bg.ctx, worktreeSettle)
 	defer cancel()
-	err := m.describeWorktree(ctx, w, siblings, true)
+	err := m.isolation.describe(ctx, w, siblings, true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.task.ResumeCount != rc || e.task.Worktree == nil {
@@ -303,11 +305,11 @@ func (m *Manager) settleWorktree(e *entry, rc int) {
 	m.changedLocked(e)
 }
 
-// siblingWorktreesLocked maps the worktree ids of e's parent's other isolated tasks of the
-// same repository, neither merged nor discarded, to their task ids. m.mu is held.
-func (m *Manager) siblingWorktreesLocked(e *entry) map[string]string {
+// siblingWorktrees maps the worktree ids of e's parent's other isolated tasks of the same
+// repository, neither merged nor discarded, to their task ids. Manager.mu is held.
+func (ts *taskSet) siblingWorktrees(e *entry) map[string]string {
 	ids := map[string]string{}
-	for _, o := range m.tasks.byID {
+	for _, o := range ts.byID {
 		w := o.task.Worktree
 		if o == e || w == nil || o.task.ParentSessionID != e.task.ParentSessionID || w.Repo != e.task.Worktree.Repo ||
 			!w.Merged.IsZero() || !w.Discarded.IsZero() {
@@ -318,10 +320,10 @@ func (m *Manager) siblingWorktreesLocked(e *entry) map[string]string {
 	return ids
 }
 
-// describeWorktree fills w's change (committing the worktree first when commit is set) and
+// describe fills w's change (committing the worktree first when commit is set) and
 // its overlaps with the worktrees siblings (worktree id → task id) and the parent's tree.
-func (m *Manager) describeWorktree(ctx context.Context, w *Worktree, siblings map[string]string, commit bool) error {
-	r, err := m.isolation.repo(ctx, w.Repo, nil)
+func (is *isolation) describe(ctx context.Context, w *Worktree, siblings map[string]string, commit bool) error {
+	r, err := is.repo(ctx, w.Repo, nil)
 	if err != nil {
 		return err
 	}
@@ -390,20 +392,20 @@ func isolatedOf(entries []*entry) []Task {
 
 // removeWorktrees removes the worktrees of tasks that were removed (cleared, or their parent
 // deleted): the branch too unless the task was merged. Failures are logged.
-func (m *Manager) removeWorktrees(tasks []Task) {
+func (is *isolation) removeWorktrees(ctx context.Context, tasks []Task, logger *slog.Logger) {
 	for _, t := range tasks {
 		w := t.Worktree
 		if w == nil || !w.Discarded.IsZero() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.bg.ctx), worktreeSettle)
-		r, err := m.isolation.repo(ctx, w.Repo, nil)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), worktreeSettle)
+		r, err := is.repo(ctx, w.Repo, nil)
 		if err == nil {
 			err = r.Discard(ctx, w.ID, !w.Merged.IsZero())
 		}
 		cancel()
 		if err != nil {
-			m.cfg.logger.Warn("asyncagents: remove a removed task's worktree", "task", t.ID, "worktree", w.Dir, "err", err)
+			logger.Warn("asyncagents: remove a removed task's worktree", "task", t.ID, "worktree", w.Dir, "err", err)
 		}
 	}
 }

@@ -179,7 +179,7 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	}
 	dir := plan.parent.Directory
 	if isolated {
-		if plan.worktree, err = m.isolate(ctx, dir); err != nil {
+		if plan.worktree, err = m.isolation.isolate(ctx, dir, m.liveWorktrees); err != nil {
 			return Task{}, err
 		}
 		dir = plan.worktree.Dir
@@ -192,16 +192,16 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		sess, err = m.createChild(ctx, in, dir, plan.rules)
 	}
 	if err != nil {
-		m.unisolate(plan.worktree)
+		m.isolation.unisolate(m.bg.ctx, plan.worktree, m.cfg.logger)
 		return Task{}, err
 	}
 	start := false
 	if e, start, err = m.register(in, sess, plan); err != nil {
-		m.unisolate(plan.worktree)
+		m.isolation.unisolate(m.bg.ctx, plan.worktree, m.cfg.logger)
 		return Task{}, err // e, when set, was counted and taken back
 	}
 	if plan.injection != "" {
-		if err := m.injectContext(ctx, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
+		if err := injectContext(ctx, m.client, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
 			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
 		}
 		start = m.takeSlot(e) // the context is there: the run may take its slot now
@@ -384,7 +384,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		}
 		m.mu.Unlock()
 		m.startQueued(start)
-		m.deleteSession(sess.ID)
+		m.bg.deleteSession(m.client, sess.ID)
 		if errors.Is(err, ErrTaskLimit) || errors.Is(err, ErrBudget) { // another host's tasks count too
 			return e, false, err
 		}
@@ -393,13 +393,13 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 	return e, start, nil
 }
 
-// deleteSession deletes a task session that nothing runs in (DELETE /session/{id}); a
-// failure is logged.
-func (m *Manager) deleteSession(id string) {
-	ctx, cancel := m.bg.requestCtx()
+// deleteSession deletes a task session that nothing runs in (DELETE /session/{id}) within
+// b's request timeout; a failure is logged.
+func (b *background) deleteSession(client opencode.Client, id string) {
+	ctx, cancel := b.requestCtx()
 	defer cancel()
-	if err := m.client.DeleteSession(ctx, id); err != nil {
-		m.cfg.logger.Warn("asyncagents: delete a task session", "session", id, "err", err)
+	if err := client.DeleteSession(ctx, id); err != nil {
+		b.logger.Warn("asyncagents: delete a task session", "session", id, "err", err)
 	}
 }
 

@@ -29,12 +29,16 @@ type notifier struct {
 	policy     NotifyPolicy
 	waveWindow time.Duration
 	active     func(parent string) int // the parent's active tasks, and launches on their way
+
+	toolPrefix string      // the tools' prefix, named in the texts when the models have them:
+	toolHints  bool        // WithToolHints, or
+	offered    atomic.Bool // Tools was called
 }
 
 func newNotifier(cfg *config, active func(parent string) int) notifier {
 	return notifier{outboxes: map[string]*outbox{}, wake: make(chan struct{}, 1),
 		confirms: confirmations{byID: map[string]posted{}, parents: map[string]int{}},
-		policy:   cfg.notifyPolicy, waveWindow: cfg.waveWindow, active: active}
+		policy:   cfg.notifyPolicy, waveWindow: cfg.waveWindow, active: active, toolPrefix: cfg.toolPrefix, toolHints: cfg.toolHints}
 }
 
 // noteRef names a pending notification: the task's entry and the notification's key.
@@ -494,11 +498,11 @@ func (h *heads) event(ev opencode.Event, epoch uint64) {
 	}
 }
 
-// hintPrefix is the tool prefix the notifications and turn prompts name, or hints.NoTools when
+// prefix is the tool prefix the notifications and turn prompts name, or hints.NoTools when
 // the parents' models have not been given the tools.
-func (m *Manager) hintPrefix() string {
-	if m.cfg.toolHints || m.toolsOffered.Load() {
-		return m.cfg.toolPrefix
+func (n *notifier) prefix() string {
+	if n.toolHints || n.offered.Load() {
+		return n.toolPrefix
 	}
 	return hints.NoTools
 }

@@ -94,7 +94,7 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	tid := e.task.ID
 	if opts.FullSession && opts.SinceMessageID != "" {
 		m.mu.Unlock()
-		if err := m.checkSince(ctx, tid, opts.SinceMessageID); err != nil {
+		if err := checkSince(ctx, m.client, tid, opts.SinceMessageID); err != nil {
 			return Output{}, err
 		}
 		m.mu.Lock()
@@ -202,8 +202,8 @@ func (m *Manager) markRetrieved(e *entry, t *Task) {
 
 // checkSince makes sure session id has the message since (GET /session/{id}/message/{since})
 // before an Output waits or marks anything.
-func (m *Manager) checkSince(ctx context.Context, id, since string) error {
-	_, err := m.client.Message(ctx, id, since)
+func checkSince(ctx context.Context, client opencode.Client, id, since string) error {
+	_, err := client.Message(ctx, id, since)
 	if errors.Is(err, opencode.ErrNotFound) {
 		return fmt.Errorf("%w: since_message_id %s is not a message of task %s", ErrInvalidInput, echo(since), id)
 	}
@@ -220,11 +220,11 @@ func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (O
 		m.mu.Lock()
 		siblings := map[string]string{}
 		if e := m.tasks.byID[out.Task.ID]; e != nil {
-			siblings = m.siblingWorktreesLocked(e)
+			siblings = m.tasks.siblingWorktrees(e)
 		}
 		m.mu.Unlock()
 		now := w.clone()
-		if err := m.describeWorktree(ctx, now, siblings, false); err == nil {
+		if err := m.isolation.describe(ctx, now, siblings, false); err == nil {
 			out.Task.Worktree = now
 		} // else the record's, as the last run's end saw it
 	}
@@ -242,7 +242,7 @@ func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (O
 	}
 	if opts.FullSession {
 		var err error
-		out.Messages, out.MoreMessages, err = m.sessionMessages(ctx, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
+		out.Messages, out.MoreMessages, err = sessionMessages(ctx, m.client, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
 		if err != nil {
 			return Output{}, err
 		}
@@ -269,9 +269,9 @@ func takeEnd(e *entry, done chan struct{}, counted bool) (Task, bool) {
 
 // sessionMessages returns the last limit messages of session id, or, after since, the first
 // limit after it, reading pages newest first.
-func (m *Manager) sessionMessages(ctx context.Context, id, since string, limit int) ([]opencode.Message, bool, error) {
+func sessionMessages(ctx context.Context, client opencode.Client, id, since string, limit int) ([]opencode.Message, bool, error) {
 	if since == "" {
-		msgs, next, err := m.client.MessagesBefore(ctx, id, limit, "")
+		msgs, next, err := client.MessagesBefore(ctx, id, limit, "")
 		if err != nil {
 			return nil, false, fmt.Errorf("asyncagents: read the messages of %s: %w", id, err)
 		}
@@ -284,7 +284,7 @@ func (m *Manager) sessionMessages(ctx context.Context, id, since string, limit i
 		cursor string
 	)
 	for {
-		page, next, err := m.client.MessagesBefore(ctx, id, messagePage, cursor)
+		page, next, err := client.MessagesBefore(ctx, id, messagePage, cursor)
 		if err != nil {
 			return nil, false, fmt.Errorf("asyncagents: read the messages of %s: %w", id, err)
 		}

@@ -2,7 +2,9 @@ package asyncagents
 
 import (
 	"cmp"
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -53,7 +55,9 @@ type digest struct {
 }
 
 // digestLoop posts the parents' digests until the Manager closes, looking every
-// digestEvery/5 (at most every 200 ms).
+// digestEvery/5 (at most every 200 ms): to the parents of tasks running longer than
+// digestAfter whose notifications are all delivered with no turn owed (those come first: the
+// turn they ask for shows the tasks), and whose last digest is digestEvery old.
 func (m *Manager) digestLoop() {
 	every := max(m.cfg.digestEvery/5, 200*time.Millisecond)
 	for {
@@ -62,47 +66,48 @@ func (m *Manager) digestLoop() {
 			return
 		case <-m.bg.clock.After(every):
 		}
-		for parent, tasks := range m.digestsDue() {
-			m.bg.safely("posting a progress digest", func() { m.postDigest(parent, tasks) })
+		now := m.bg.now()
+		due := map[string][]Task{}
+		m.mu.Lock()
+		for _, e := range m.tasks.byID {
+			t := &e.task
+			if t.Status.Active() && now.Sub(t.Started) >= m.cfg.digestAfter {
+				due[t.ParentSessionID] = append(due[t.ParentSessionID], m.viewLocked(e))
+			}
+		}
+		for parent := range due {
+			if ob := m.notes.outboxes[parent]; ob != nil && (len(ob.queue) > 0 || len(ob.owed) > 0 || ob.inFlight) {
+				delete(due, parent)
+			}
+		}
+		m.mu.Unlock()
+		for parent, tasks := range m.progress.due(due, now, m.cfg.digestEvery) {
+			m.bg.safely("posting a progress digest", func() {
+				ctx, cancel := m.bg.requestCtx()
+				defer cancel()
+				m.progress.post(ctx, m.client, &m.notes.heads, m.cfg.logger, parent, tasks, now)
+			})
 		}
 	}
 }
 
-// digestsDue returns the parents owed a digest now, with their tasks running longer than
-// digestAfter, oldest first: those whose last digest is digestEvery old, and whose
-// notifications are all delivered with no turn owed.
-func (m *Manager) digestsDue() map[string][]Task {
-	now := m.bg.now()
-	m.mu.Lock()
-	due := map[string][]Task{}
-	for _, e := range m.tasks.byID {
-		t := &e.task
-		if t.Status.Active() && now.Sub(t.Started) >= m.cfg.digestAfter {
-			due[t.ParentSessionID] = append(due[t.ParentSessionID], m.viewLocked(e))
+// due returns the parents of candidates whose last digest is at least every old at now.
+func (d *digests) due(candidates map[string][]Task, now time.Time, every time.Duration) map[string][]Task {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for parent := range candidates {
+		if last, ok := d.last[parent]; ok && now.Sub(last.at) < every {
+			delete(candidates, parent)
 		}
 	}
-	for parent := range due {
-		if ob := m.notes.outboxes[parent]; ob != nil && (len(ob.queue) > 0 || len(ob.owed) > 0 || ob.inFlight) {
-			delete(due, parent) // its notifications come first; the turn they ask for shows the tasks
-		}
-	}
-	m.mu.Unlock()
-	m.progress.mu.Lock()
-	defer m.progress.mu.Unlock()
-	for parent := range due {
-		if last, ok := m.progress.last[parent]; ok && now.Sub(last.at) < m.cfg.digestEvery {
-			delete(due, parent)
-		}
-	}
-	return due
+	return candidates
 }
 
-// postDigest posts the digest of tasks to parent when the parent is idle after a turn of its
-// model (its newest message is a completed reply; GET /session/{id}/message?limit=1).
-func (m *Manager) postDigest(parent string, tasks []Task) {
-	ctx, cancel := m.bg.requestCtx()
-	defer cancel()
-	last, err := m.client.Messages(ctx, parent, 1)
+// post posts the digest of tasks to parent at now when the parent is idle after a turn of
+// its model (its newest message is a completed reply; GET /session/{id}/message?limit=1),
+// and raises the parent's head to it.
+func (d *digests) post(ctx context.Context, client opencode.Client, h *heads, logger *slog.Logger, parent string, tasks []Task, now time.Time) {
+	last, err := client.Messages(ctx, parent, 1)
 	if err != nil || len(last) == 0 {
 		return
 	}
@@ -111,21 +116,20 @@ func (m *Manager) postDigest(parent string, tasks []Task) {
 		return // busy, or no turn since the last digest or notification
 	}
 	slices.SortFunc(tasks, func(a, b Task) int { return a.Started.Compare(b.Started) })
-	now := m.bg.now()
 	id := opencode.NewMessageID(now, newest.ID)
 	agent := tasks[0].ParentAgent
-	if err := m.postNoReply(ctx, parent, opencode.PromptRequest{MessageID: id, Agent: agent,
+	if err := postNoReply(ctx, client, parent, opencode.PromptRequest{MessageID: id, Agent: agent,
 		Parts: []opencode.TextPartInput{opencode.NewSyntheticText(DigestText(tasks, now))}}); err != nil {
-		m.cfg.logger.Warn("asyncagents: post a progress digest", "parent", parent, "err", err)
+		logger.Warn("asyncagents: post a progress digest", "parent", parent, "err", err)
 		return
 	}
-	m.notes.heads.raise(parent, id, 0)
-	m.progress.mu.Lock()
-	if m.progress.last == nil {
-		m.progress.last = map[string]digest{}
+	h.raise(parent, id, 0)
+	d.mu.Lock()
+	if d.last == nil {
+		d.last = map[string]digest{}
 	}
-	m.progress.last[parent] = digest{id: id, at: now}
-	m.progress.mu.Unlock()
+	d.last[parent] = digest{id: id, at: now}
+	d.mu.Unlock()
 }
 
 // DigestText is the progress digest of tasks a parent's model reads: a line for the digest,

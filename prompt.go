@@ -173,19 +173,19 @@ func (m *Manager) unsent(e *entry, rc int) {
 // makes sure it arrives once: when the answer is lost, it asks for the message
 // (GET /session/{id}/message/{messageID}) and sends again only when the server does not have
 // it.
-func (m *Manager) injectContext(ctx context.Context, sid, id, agent, text string) error {
+func injectContext(ctx context.Context, client opencode.Client, sid, id, agent, text string) error {
 	req := opencode.PromptRequest{MessageID: id, NoReply: true, Agent: agent,
 		Parts: []opencode.TextPartInput{opencode.NewSyntheticText(text)}}
 	var err error
 	for range 2 {
-		if err = m.postNoReply(ctx, sid, req); err == nil {
+		if err = postNoReply(ctx, client, sid, req); err == nil {
 			return nil
 		}
 		var refused *opencode.APIError
 		if errors.As(err, &refused) || ctx.Err() != nil {
 			return err
 		}
-		if _, gerr := m.client.Message(ctx, sid, id); gerr == nil {
+		if _, gerr := client.Message(ctx, sid, id); gerr == nil {
 			return nil // it arrived; its answer did not
 		} else if !errors.Is(gerr, opencode.ErrNotFound) {
 			return err

@@ -3,6 +3,7 @@ package asyncagents
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -312,7 +313,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	done := make([]bool, len(jobs))
 	n := 0
 	for i := range jobs {
-		if results[i], done[i] = m.fromStream(jobs[i]); done[i] {
+		if results[i], done[i] = fromStream(jobs[i], m.cfg.logger); done[i] {
 			n++
 			if jobs[i].e.isolated {
 				m.settleWorktree(jobs[i].e, jobs[i].rc) // its changes, in the notification
@@ -348,10 +349,10 @@ const endParallel = reconcileBurst
 
 // fromStream returns the result of r's run when its streamed frames hold a completed reply.
 // A panic while replaying them is logged, and the run is read instead.
-func (m *Manager) fromStream(r reconcileJob) (result string, ok bool) {
+func fromStream(r reconcileJob, logger *slog.Logger) (result string, ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
-			m.cfg.logger.Error("asyncagents: panic while replaying a run", "task", r.id, "panic", p, "stack", string(debug.Stack()))
+			logger.Error("asyncagents: panic while replaying a run", "task", r.id, "panic", p, "stack", string(debug.Stack()))
 			result, ok = "", false
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
@@ -122,7 +123,7 @@ func (m *Manager) acceptRecords(ctx context.Context, stored []Task, check bool) 
 			continue
 		}
 		g.Go(func() error {
-			if err := m.checkSession(ctx, t); err != nil {
+			if err := checkSession(ctx, m.client, m.cfg.requestTimeout, t); err != nil {
 				m.cfg.logger.Error("asyncagents: a stored task record was refused", "task", t.ID, "err", err)
 				return nil
 			}
@@ -157,10 +158,10 @@ func actsOn(t *Task) bool {
 // checkSession returns an error unless the server's session t.ID is t's: in t's directory,
 // and a child of t's parent titled "Background…", or, for a native fork, a session without a
 // parent titled as OpenCode titles a fork.
-func (m *Manager) checkSession(ctx context.Context, t *Task) error {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.requestTimeout)
+func checkSession(ctx context.Context, client opencode.Client, timeout time.Duration, t *Task) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	s, err := m.client.GetSession(ctx, t.ID)
+	s, err := client.GetSession(ctx, t.ID)
 	if err != nil {
 		return fmt.Errorf("its session: %w", err)
 	}

@@ -42,7 +42,7 @@ type Tool struct {
 // Once it is called, the Manager's notifications and turn prompts name these tools (see
 // [WithToolHints]).
 func Tools(m *Manager) []Tool {
-	m.toolsOffered.Store(true)
+	m.notes.offered.Store(true)
 	p := m.cfg.toolPrefix
 	h := toolHandlers{m: m, prefix: p}
 	defTimeout, maxTimeout := int(DefaultOutputTimeout/time.Second), int(MaxOutputTimeout/time.Second)

@@ -44,7 +44,7 @@ func (m *Manager) askTurn(ctx context.Context, parent string) {
 	defer m.bg.recoverAndLog("asking for a parent's turn")
 	m.mu.Lock()
 	ob := m.notes.outboxes[parent]
-	if read := m.retrievedLocked(ob); len(read) > 0 {
+	if read := ob.retrieved(); len(read) > 0 {
 		turnDone(read, TurnRetrieved, "", "")
 		ob.unowe(read)
 		changed := m.entriesLocked(read)
@@ -147,14 +147,15 @@ func (m *Manager) turnAskLocked(parent string, ob *outbox) turnAsk {
 			running = append(running, m.tasks.reg.DisplayID(id))
 		}
 	}
-	a.text = hints.Turn(ended, running, m.hintPrefix())
+	a.text = hints.Turn(ended, running, m.notes.prefix())
 	return a
 }
 
-// retrievedLocked returns the owed notifications of ob whose results the host read already
+// retrieved returns the owed notifications of ob whose results the host read already
 // (Output marked the completed run's result retrieved after it ended): their turn is not
 // needed. None while an earlier attempt's prompt may have landed (its outcome decides them).
-func (m *Manager) retrievedLocked(ob *outbox) []noteRef {
+// Manager.mu is held.
+func (ob *outbox) retrieved() []noteRef {
 	if ob == nil || ob.turnID != "" {
 		return nil
 	}

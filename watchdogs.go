@@ -59,7 +59,7 @@ func (m *Manager) expire(w watchdog) {
 		t := w.e.task
 		baseline := w.e.run.baseline
 		m.mu.Unlock()
-		end = runEnd{status: StatusCancelled, paused: true, result: m.partialResult(ctx, t, baseline),
+		end = runEnd{status: StatusCancelled, paused: true, result: partialResult(ctx, m.client, t, baseline),
 			msg: fmt.Sprintf("paused: the run used %s, reaching its budget of %s; resume the task to go on (with a larger budget if you wish), or clear it", t.RunUsage, t.Budget)}
 	}
 	if err := m.abortAs(ctx, w.e, w.rc, end); err != nil { // the next poll tries again
@@ -108,9 +108,9 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 // partialResult is what run of task t (after message baseline) did so far, for a paused
 // task: the text of its replies (GET /session/{id}/message), or, with none, what tools it
 // called. A failed read leaves only the tools.
-func (m *Manager) partialResult(ctx context.Context, t Task, baseline string) string {
+func partialResult(ctx context.Context, client opencode.Client, t Task, baseline string) string {
 	var texts []string
-	if msgs, err := m.client.Messages(ctx, t.ID, reconcileWindow); err == nil {
+	if msgs, err := client.Messages(ctx, t.ID, reconcileWindow); err == nil {
 		if i := slices.IndexFunc(msgs, func(msg opencode.Message) bool { return msg.Info.ID == baseline }); i >= 0 {
 			msgs = msgs[i+1:]
 		}
