@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -521,36 +520,4 @@ func (h toolHandlers) clear(ctx context.Context, caller Caller, args json.RawMes
 		return "", err
 	}
 	return fmt.Sprintf("Cleared %d background task(s); aborted %d running.", r.Removed, r.Aborted), nil
-}
-
-func (h toolHandlers) merge(ctx context.Context, caller Caller, args json.RawMessage) (string, error) {
-	var in mergeArgs
-	if err := decodeArgs(args, mergeSchema, &in); err != nil {
-		return "", err
-	}
-	if in.Discard {
-		t, err := h.m.Discard(ctx, caller, in.TaskID, false)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("Discarded task %s's changes and worktree; your files are as they were.", t.DisplayID), nil
-	}
-	r, err := h.m.Merge(ctx, caller, in.TaskID)
-	var ce *MergeConflictError
-	if errors.As(err, &ce) {
-		return conflictText(ce, h.prefix), nil
-	}
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Merged task %s into your working tree: %d files changed, as uncommitted changes beside yours (nothing was committed).", r.Task.DisplayID, len(r.Files))
-	for i, f := range r.Files {
-		if i == maxListedFiles {
-			fmt.Fprintf(&b, "\n… and %d more", len(r.Files)-i)
-			break
-		}
-		fmt.Fprintf(&b, "\n- %s (+%d −%d)", hints.Quote(f.Path), f.Added, f.Deleted)
-	}
-	return b.String(), nil
 }
