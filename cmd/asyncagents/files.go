@@ -107,3 +107,17 @@ func newToken(path string) (string, error) {
 	}
 	return loadToken(path, false)
 }
+
+// loadRecordKey reads the key that seals task records (asyncagents.WithRecordKey) from path:
+// one line of at least 32 characters without spaces, in a file that passes checkSecretFile
+// as a token file does. It is never created: hosts of one store must share it.
+func loadRecordKey(path string) ([]byte, error) {
+	key, err := loadToken(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("record key: %w", err)
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("record key file %s: want at least 32 characters, it has %d", path, len(key))
+	}
+	return []byte(key), nil
+}

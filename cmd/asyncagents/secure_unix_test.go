@@ -109,3 +109,33 @@ func TestCheckPrivateDir(t *testing.T) {
 		t.Errorf("mode 0750: %v; want an error naming chmod 700", err)
 	}
 }
+
+// -record-key-file: a key of 32 characters or more in a private file seals the records; a
+// shorter one, a missing file (a key is never made: hosts share it) or one others may read
+// is refused.
+func TestLoadRecordKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := strings.Repeat("k", 40)
+	if key, err := loadRecordKey(write("key", good+"\n", 0o600)); err != nil || string(key) != good {
+		t.Errorf("loadRecordKey = %q, %v", key, err)
+	}
+	for name, path := range map[string]string{
+		"short":    write("short", strings.Repeat("k", 20), 0o600),
+		"readable": write("readable", good, 0o644),
+		"missing":  filepath.Join(dir, "missing"),
+	} {
+		if _, err := loadRecordKey(path); err == nil || !strings.Contains(err.Error(), "record key") {
+			t.Errorf("%s: loadRecordKey = %v, want an error naming the record key", name, err)
+		}
+	}
+}

@@ -89,6 +89,7 @@ type serveConfig struct {
 	isolation                                               string
 	digestAfter, digestEvery                                time.Duration
 	budgetPause                                             bool
+	recordKeyFile                                           string
 	worktreeRoot                                            string
 }
 
@@ -195,6 +196,8 @@ func parseServe(fs *flag.FlagSet, args []string, errOut io.Writer) (serveConfig,
 		"how forked tasks get the context when the model does not say: digest (one text, cut to fit) or native (OpenCode's copy of the session, which keeps the prompt cache)")
 	fs.StringVar(&c.isolation, "isolation", string(asyncagents.IsolationNone),
 		"where tasks work when the model does not say: none (in the parent's directory) or worktree (in a git worktree of their own; the model merges their changes with asyncagents_merge). Worktrees are made with git on this machine: the OpenCode server must see the same files")
+	fs.StringVar(&c.recordKeyFile, "record-key-file", "",
+		"a file holding the key that seals task records (one line of at least 32 characters, mode 0600): every serve of a shared store must have the same one, and a record not sealed with it is refused")
 	fs.BoolVar(&c.budgetPause, "budget-pause", false,
 		"a run that reaches its budget pauses (cancelled, with what it did so far; a resume goes on) rather than fails")
 	fs.DurationVar(&c.digestAfter, "digest-after", asyncagents.DefaultDigestAfter,
@@ -351,6 +354,12 @@ func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *as
 		return nil, nil, err
 	}
 	bounds, err := c.bounds.options()
+	if err == nil && c.recordKeyFile != "" {
+		var key []byte
+		if key, err = loadRecordKey(c.recordKeyFile); err == nil {
+			bounds = append(bounds, asyncagents.WithRecordKey(key))
+		}
+	}
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}
