@@ -212,10 +212,11 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		}
 		return m.snapshot(e), nil // queued: it starts when a slot frees (or was cancelled meanwhile)
 	}
+	launched := m.snapshot(e) // as sent: the run may end before this returns
 	if err := m.sendPrompt(ctx, e, 0); err != nil {
 		return m.failLaunch(e, 0, fmt.Errorf("asyncagents: send prompt: %w", err))
 	}
-	return m.snapshot(e), nil
+	return launched, nil
 }
 
 // check validates a launch's input without asking the server.

@@ -162,13 +162,14 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *B
 	}
 	m.changedLocked(e)
 	rc := t.ResumeCount
+	resumed := m.viewLocked(e) // as sent: the run may end before this returns
 	m.mu.Unlock()
 	m.persist(e)
 
 	if err := m.sendPrompt(ctx, e, rc); err != nil {
 		return m.failLaunch(e, rc, fmt.Errorf("asyncagents: send follow-up: %w", err))
 	}
-	return m.snapshot(e), nil
+	return resumed, nil
 }
 
 // sendFollowUp sends the first queued follow-up of the ended task e, if any. A failure is

@@ -56,6 +56,7 @@ func (m *Manager) Steer(ctx context.Context, caller Caller, id, message string) 
 	t.Steers++
 	e.run.sends = 0
 	m.changedLocked(e)
+	steered := m.viewLocked(e) // as sent: the run may end before this returns
 	m.mu.Unlock()
 	m.persist(e) // the message's id is recorded before it is sent
 
@@ -70,7 +71,7 @@ func (m *Manager) Steer(ctx context.Context, caller Caller, id, message string) 
 		m.persist(e)
 		return Task{}, fmt.Errorf("asyncagents: steer %s: %w", t.ID, err)
 	}
-	return m.snapshot(e), nil
+	return steered, nil
 }
 
 // steerState is what a steer changes of a task, kept to undo it when the server refuses the
