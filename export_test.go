@@ -44,3 +44,11 @@ func Waiters(m *Manager, id string) int {
 	}
 	return 0
 }
+
+// FollowsOther reports whether m knows task id as one another host holds.
+func FollowsOther(m *Manager, id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.hosts.other(id)
+	return ok
+}

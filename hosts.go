@@ -33,6 +33,9 @@ type hosts interface {
 	// other returns the summary of task id when another host holds it, as last read; under
 	// Manager.mu.
 	other(id string) (Task, bool)
+	// launched returns the summary, as last read, of a task of parent that another host
+	// holds and that was launched with the idempotency key key; under Manager.mu.
+	launched(parent, key string) (Task, bool)
 }
 
 // newHosts returns the hosts part for m's store.
@@ -58,6 +61,7 @@ func (oneHost) pull(context.Context, Caller, string) {}
 func (oneHost) pullAll(context.Context, Caller)      {}
 func (oneHost) remote(string) []Task                 { return nil }
 func (oneHost) other(string) (Task, bool)            { return Task{}, false }
+func (oneHost) launched(string, string) (Task, bool) { return Task{}, false }
 
 // leaseCtx bounds ctx by the leases on tasks ids, for a request that acts on them: it fails
 // with ErrLeaseLost when the Manager does not hold one of them (or is handing it over), and

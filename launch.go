@@ -45,8 +45,8 @@ type LaunchInput struct {
 	Isolation Isolation
 	// IdempotencyKey, when set, makes a retried launch return the task the first one made:
 	// a launch of the same caller session with the same key, on this Manager or another host
-	// of its store, before or after a restart, returns that task (and no error) and creates
-	// nothing. The task tool sets it to the tool call's id (Caller.CallID). At most
+	// of its store (once this host read that host's changes, within a second), before or
+	// after a restart, returns that task (and no error) and creates nothing. The task tool sets it to the tool call's id (Caller.CallID). At most
 	// [MaxLaunchKeyChars] printable characters without spaces.
 	IdempotencyKey string
 	// Model optionally picks the model as "providerID/modelID" (e.g.

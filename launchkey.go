@@ -54,22 +54,20 @@ func checkLaunchKey(key string) bool {
 	})
 }
 
-// launchedWith returns the task of parent launched with key, on this host or another of
-// its store (the launch of a retried call), and whether there is one.
+// launchedWith returns the task of parent launched with key (the launch of a retried call),
+// and whether there is one: on this host, or on another of its store as the last read of
+// their changes (every second) showed it.
 func (m *Manager) launchedWith(parent, key string) (Task, bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, id := range m.tasks.reg.Tasks(parent) {
 		if e := m.tasks.byID[id]; e != nil && e.task.LaunchKey == key {
-			t := m.viewLocked(e)
-			m.mu.Unlock()
-			return t, true
+			return m.viewLocked(e), true
 		}
 	}
-	m.mu.Unlock()
-	for _, t := range m.hosts.remote(parent) {
-		if t.LaunchKey == key {
-			return t, true
-		}
+	t, ok := m.hosts.launched(parent, key)
+	if ok {
+		t.DisplayID = m.tasks.reg.DisplayID(t.ID)
 	}
-	return Task{}, false
+	return t, ok
 }

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/storetest"
 )
 
@@ -89,7 +91,8 @@ func TestRetriedLaunchReturnsTheSameTask(t *testing.T) {
 	}
 }
 
-// Hosts of one store share the keys: a retry that reaches another host returns the task.
+// Hosts of one store share the keys: a retry that reaches another host, once it read the
+// first host's changes (within a second), returns the task.
 func TestRetriedLaunchOnAnotherHost(t *testing.T) {
 	t.Parallel()
 	f := asyncagentstest.NewFakeClient(t)
@@ -107,6 +110,9 @@ func TestRetriedLaunchOnAnotherHost(t *testing.T) {
 	first, err := keyed(a, caller, "call_x")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !testmain.Eventually(10*time.Second, func() bool { return asyncagents.FollowsOther(b, first.ID) }) {
+		t.Fatal("the second host never read the first's task")
 	}
 	before := f.SessionCount()
 	again, err := keyed(b, caller, "call_x")

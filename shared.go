@@ -46,6 +46,15 @@ func (h *sharedHosts) other(id string) (Task, bool) {
 	return t, ok
 }
 
+func (h *sharedHosts) launched(parent, key string) (Task, bool) {
+	for _, t := range h.others {
+		if t.ParentSessionID == parent && t.LaunchKey == key {
+			return t, true
+		}
+	}
+	return Task{}, false
+}
+
 // heldUntil returns until when the Manager may act on task id, and false when it holds no
 // lease on it.
 func (h *sharedHosts) heldUntil(id string) (time.Time, bool) {
