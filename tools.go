@@ -48,7 +48,8 @@ func Tools(m *Manager) []Tool {
 	return []Tool{
 		{Name: p + "_task", Description: "Launch a sub-agent in the background, in its own session, and keep working: " +
 			"a notification arrives when it ends. Set fork to give it this conversation's context. Set resume to a task id " +
-			"(with prompt) to send a follow-up to a finished task instead. fork and resume exclude each other. " +
+			"(with prompt) to send a follow-up to a finished task instead, or with steer a message to a running one. " +
+			"fork and resume exclude each other. Set isolation to worktree to let it work on a copy of your files that you merge. " +
 			"A task has no more rights than you: it may run a subagent your rules let you launch (or your own agent), " +
 			"and gets your restrictions." + m.cfg.limitsText(),
 			Parameters: taskSchema.json, Handler: h.task},
