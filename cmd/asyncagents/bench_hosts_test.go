@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
-	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
 	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
@@ -315,37 +312,8 @@ func startServeProcess(b *testing.B, opencodeURL, store string, extra ...string)
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(state) })
-	args := append([]string{"serve", "-url", opencodeURL, "-listen", "127.0.0.1:0", "-store", store,
-		"-token-file", filepath.Join(state, "token"), "-socket", filepath.Join(state, "serve.sock")}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "ASYNCAGENTS_TEST_MAIN=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	h := &host{cmd: cmd, out: out, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(h.exited) }()
-	b.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-h.exited:
-		case <-time.After(30 * time.Second):
-			h.kill()
-		}
-	})
-	if !testmain.Eventually(60*time.Second, func() bool {
-		select {
-		case <-h.exited:
-			return true
-		default:
-			return strings.Contains(out.String(), "Ready.")
-		}
-	}) || !strings.Contains(out.String(), "Ready.") {
-		b.Fatalf("serve did not get ready:\n%s", out)
-	}
-	return h
+	return launchServe(b, "serve", append([]string{"serve", "-url", opencodeURL, "-listen", "127.0.0.1:0", "-store", store,
+		"-token-file", filepath.Join(state, "token"), "-socket", filepath.Join(state, "serve.sock")}, extra...))
 }
 
 // settle waits, after serve printed Ready, until its CPU use has stayed under 5 % of a core

@@ -55,20 +55,28 @@ func hostStates(t *testing.T, prefixes ...string) (map[string]string, opencodete
 // ends, unless it was killed before.
 func startHost(t *testing.T, srv *opencodetest.Server, state, store, prefix string, extra ...string) *host {
 	t.Helper()
-	args := append([]string{"serve", "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory,
+	return launchServe(t, "serve "+prefix, append([]string{"serve", "-url", srv.URL, "-listen", "127.0.0.1:0", "-dir", srv.Directory,
 		"-store", store, "-prefix", prefix, "-token-file", filepath.Join(state, "token"),
-		"-socket", filepath.Join(state, "serve.sock")}, extra...)
+		"-socket", filepath.Join(state, "serve.sock")}, extra...))
+}
+
+// launchServe starts the test binary as `asyncagents <args>`, in a process group of its own,
+// and waits until it prints "Ready."; the test fails when it does not within a minute. It is
+// stopped with SIGTERM when tb ends (SIGKILL to its group after 30 s), unless it was killed
+// before. name names it in the failure.
+func launchServe(tb testing.TB, name string, args []string) *host {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "ASYNCAGENTS_TEST_MAIN=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	h := &host{cmd: cmd, out: out, exited: make(chan struct{})}
 	go func() { cmd.Wait(); close(h.exited) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-h.exited:
@@ -85,7 +93,7 @@ func startHost(t *testing.T, srv *opencodetest.Server, state, store, prefix stri
 			return strings.Contains(out.String(), "Ready.")
 		}
 	}) || !strings.Contains(out.String(), "Ready.") {
-		t.Fatalf("serve %s did not get ready:\n%s", prefix, out)
+		tb.Fatalf("%s did not get ready:\n%s", name, out)
 	}
 	return h
 }
