@@ -43,10 +43,28 @@ func chromium(t *testing.T) string {
 
 // browser starts a headless chromium with a fresh profile, HOME and XDG folders under
 // t.TempDir, and extra options, and stops it when the test ends: the browser through
-// chromedp's allocator, then every process of its group, then the profile is removed.
+// chromedp's allocator, then every process of its group, then the profile is removed. A
+// browser that does not start (seen once on a loaded machine: the process ended before it
+// printed its DevTools address) is started again, three times at most.
 func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	exe := chromium(t)
+	for attempt := 1; ; attempt++ {
+		ctx, stop, err := startBrowser(t, exe, width, height, extra)
+		if err == nil {
+			t.Cleanup(stop)
+			return ctx
+		}
+		stop()
+		if attempt == 3 {
+			t.Fatalf("starting %s: %v", exe, err)
+		}
+		t.Logf("starting %s (attempt %d): %v", exe, attempt, err)
+	}
+}
+
+// startBrowser starts one chromium for browser; stop stops it and removes its profile.
+func startBrowser(t *testing.T, exe string, width, height int, extra []chromedp.ExecAllocatorOption) (ctx context.Context, stop func(), err error) {
 	home := t.TempDir()
 	profile := filepath.Join(home, "profile")
 	var cmd *exec.Cmd
@@ -73,13 +91,6 @@ func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOpt
 		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "XDG_DATA_HOME="+filepath.Join(home, ".local/share")),
 	}, extra...)...)
-	t.Cleanup(func() {
-		cancelAlloc() // kills the browser process and waits for it
-		if cmd != nil && cmd.Process != nil {
-			stopGroup(cmd.Process.Pid, 5*time.Second)
-		}
-		removeAll(t, profile)
-	})
 	var (
 		mu   sync.Mutex
 		errs []string
@@ -91,20 +102,25 @@ func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOpt
 			defer mu.Unlock()
 			errs = append(errs, fmt.Sprintf(format, args...))
 		}))
-	t.Cleanup(func() {
+	stop = func() {
 		cancel()
 		mu.Lock()
-		defer mu.Unlock()
 		if len(errs) > 0 && testing.Verbose() {
 			t.Logf("chromedp: %d errors, first: %s", len(errs), errs[0])
 		}
-	})
+		mu.Unlock()
+		cancelAlloc() // kills the browser process and waits for it
+		if cmd != nil && cmd.Process != nil {
+			stopGroup(cmd.Process.Pid, 5*time.Second)
+		}
+		removeAll(t, profile)
+	}
 	start := time.Now()
 	if err := chromedp.Run(ctx); err != nil {
-		t.Fatalf("starting %s: %v", exe, err)
+		return nil, stop, err
 	}
 	t.Logf("chromium started in %v", time.Since(start).Round(time.Millisecond))
-	return ctx
+	return ctx, stop, nil
 }
 
 // removeAll removes a browser's profile, retrying for a moment: chromium's processes
