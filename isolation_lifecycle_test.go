@@ -11,6 +11,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/worktree"
 )
@@ -182,5 +183,30 @@ func TestIsolatedForkGetsTheDigest(t *testing.T) {
 	}
 	if task.ForkMode != asyncagents.ForkDigest || task.Worktree == nil || task.Directory != task.Worktree.Dir {
 		t.Errorf("isolated native fork: mode %q, directory %q, worktree %+v", task.ForkMode, task.Directory, task.Worktree)
+	}
+}
+
+// A deleted parent takes its isolated tasks with it, and their worktrees and branches.
+func TestDeletedParentRemovesWorktrees(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	gitProject(t, repo, map[string]string{"a.txt": "a\n"})
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithFakeDirectory(repo))
+	m := asyncagentstest.NewManager(t, f, fastPoll)
+	caller := asyncagentstest.NewParent(t, f)
+	task, err := isolatedLaunch(m, caller, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asyncagentstest.Await(t, m, caller, task.ID)
+	if err := f.DeleteSession(context.Background(), caller.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	gone := func() bool {
+		_, err := os.Stat(task.Worktree.Dir)
+		return errors.Is(err, os.ErrNotExist) && !strings.Contains(gitIn(t, repo, "branch", "--list", "asyncagents/*"), task.Worktree.Branch)
+	}
+	if !testmain.Eventually(10*time.Second, gone) {
+		t.Errorf("the worktree %s of a deleted parent's task is still there", task.Worktree.Dir)
 	}
 }
