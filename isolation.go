@@ -145,31 +145,45 @@ func (is *isolation) release(id string) {
 // merge): generous, as a repository may be large.
 const worktreeSettle = 2 * time.Minute
 
-// repo returns the repository of dir, opened once. The first time a repository is opened
-// in the process, what crashed launches left in it (worktrees no task records) is swept;
-// live reports the worktree ids tasks record.
+// repo returns the repository of dir, opened once. The first time it is asked for with live
+// (a launch, or the start of a Manager whose stored tasks work there), what crashed launches
+// left in it (worktrees no task records) is swept; live reports the worktree ids tasks record.
 func (is *isolation) repo(ctx context.Context, dir string, live func() (map[string]bool, bool)) (*worktree.Repo, error) {
 	is.mu.Lock()
 	r := is.repos[dir]
 	is.mu.Unlock()
-	if r != nil {
-		return r, nil
-	}
-	r, err := worktree.Open(ctx, dir, is.root, is.opts...)
-	if err != nil {
-		return nil, err
-	}
-	is.mu.Lock()
-	is.repos[dir] = r
-	sweep := !is.swept[r.Dir()]
-	is.swept[r.Dir()] = true
-	is.mu.Unlock()
-	if sweep && live != nil {
-		if ids, ok := live(); ok {
-			is.sweep(ctx, r, ids)
+	if r == nil {
+		var err error
+		if r, err = worktree.Open(ctx, dir, is.root, is.opts...); err != nil {
+			return nil, err
 		}
+		is.mu.Lock()
+		is.repos[dir] = r
+		is.mu.Unlock()
+	}
+	if live != nil {
+		is.sweepOnce(ctx, r, live)
 	}
 	return r, nil
+}
+
+// sweepOnce sweeps r the first time it is called for r's repository; a sweep whose live
+// tasks could not be read is tried at the next call.
+func (is *isolation) sweepOnce(ctx context.Context, r *worktree.Repo, live func() (map[string]bool, bool)) {
+	is.mu.Lock()
+	done := is.swept[r.Dir()]
+	is.mu.Unlock()
+	if done {
+		return
+	}
+	ids, ok := live()
+	if !ok {
+		return
+	}
+	is.mu.Lock()
+	is.swept[r.Dir()] = true
+	is.mu.Unlock()
+	is.sweep(ctx, r, ids)
 }
 
 // sweep removes the worktrees of r that no task records and no launch is starting. A
