@@ -19,17 +19,8 @@ import (
 // other's tasks, the display ids both hosts show are all different, and a display id shown by
 // one host names, on the other, the same task (taken over from its holder).
 func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
+	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
-	open := func() *pgstore.Store {
-		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
 	parent := asyncagentstest.NewParent(t, f)
@@ -91,17 +82,8 @@ func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
 // task per parent on both hosts, a parent with a task running on one host cannot start one on
 // the other; with a tree budget, what a parent's cleared tasks used still counts on every host.
 func TestLimitsHoldAcrossHosts(t *testing.T) {
-	srv := pgstoretest.Start(t)
-	url := srv.NewDatabase(t)
+	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
-	open := func() *pgstore.Store {
-		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
 	capped := []asyncagents.Option{asyncagents.WithMaxActivePerParent(1), asyncagents.WithNotifications(false)}
 	a := asyncagentstest.NewManager(t, f, append(capped, asyncagents.WithStore(open()))...)
 	b := asyncagentstest.NewManager(t, f, append(capped, asyncagents.WithStore(open()))...)
@@ -119,5 +101,20 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 		return last == nil
 	}) {
 		t.Errorf("a task once the first ended: %v", last)
+	}
+}
+
+// sharedDatabase starts PostgreSQL with a new database, and returns a function that opens
+// one more store on it (a host's), with a 2 s lease, closed when the test ends.
+func sharedDatabase(t *testing.T) func() *pgstore.Store {
+	t.Helper()
+	url := pgstoretest.Start(t).NewDatabase(t)
+	return func() *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}
 }
