@@ -30,17 +30,44 @@ type readsClient struct {
 	opened chan struct{}
 
 	mu    sync.Mutex
-	reads map[string][]int // session → the limit of each read
+	reads map[string][]int       // session → the limit of each read
+	first map[string]time.Time   // session → when its first read was made
+	posts map[string][]time.Time // session → when each prompt into it was made
 }
 
 func (c *readsClient) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
 	c.mu.Lock()
 	if c.reads == nil {
-		c.reads = map[string][]int{}
+		c.reads, c.first = map[string][]int{}, map[string]time.Time{}
+	}
+	if len(c.reads[id]) == 0 {
+		c.first[id] = time.Now()
 	}
 	c.reads[id] = append(c.reads[id], limit)
 	c.mu.Unlock()
 	return c.Client.Messages(ctx, id, limit)
+}
+
+func (c *readsClient) Prompt(ctx context.Context, id string, req opencode.PromptRequest) (*opencode.Message, error) {
+	c.mu.Lock()
+	if c.posts == nil {
+		c.posts = map[string][]time.Time{}
+	}
+	c.posts[id] = append(c.posts[id], time.Now())
+	c.mu.Unlock()
+	return c.Client.Prompt(ctx, id, req)
+}
+
+// postsAfterFirstRead returns how long after the first read of session id each prompt into
+// it was made.
+func (c *readsClient) postsAfterFirstRead(id string) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d []time.Duration
+	for _, at := range c.posts[id] {
+		d = append(d, at.Sub(c.first[id]))
+	}
+	return d
 }
 
 // readsOf returns the limits of the reads of session id so far.
