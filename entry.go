@@ -44,6 +44,7 @@ type saveState struct {
 	version uint64
 	saved   uint64
 	stored  bool // the store has a record of it (under mu)
+	admit   bool // its next save admits a resumed run under every host's limits (under Manager.mu)
 }
 
 // hold is what a Manager on a LeaseStore keeps of its lease on a task.
@@ -171,7 +172,8 @@ func (m *Manager) viewLocked(e *entry) Task {
 }
 
 // persist saves the newest version of e unless the store has it already or e was removed; a
-// LimitStore admits a new task (its first save) under the limits of every host.
+// LimitStore admits a new task (its first save), and a resumed one (save.admit), under the
+// limits of every host.
 // Saves of one task never overlap, so an older snapshot never overwrites a newer one. A
 // save that finds the task's lease lost drops the task (see lease.go). It returns the
 // store's error, which is also logged.
@@ -187,13 +189,13 @@ func (m *Manager) persist(e *entry) error {
 		m.mu.Unlock()
 		return nil
 	}
-	snap, v := e.task.clone(), e.save.version
+	snap, v, admit := e.task.clone(), e.save.version, !e.save.stored || e.save.admit
 	m.mu.Unlock()
 	if m.cfg.recordKey != nil {
 		snap.Seal = seal(snap, m.cfg.recordKey)
 	}
 	save := m.cfg.store.Save
-	if ls, ok := m.cfg.store.(LimitStore); ok && !e.save.stored { // a new task: admitted under every host's limits
+	if ls, ok := m.cfg.store.(LimitStore); ok && admit { // a new task or run: admitted under every host's limits
 		save = func(ctx context.Context, t Task) error { return ls.Admit(ctx, t, m.cfg.perParent, m.cfg.treeBudget) }
 	}
 	if err := save(m.bg.ctx, snap); err != nil {
@@ -205,6 +207,11 @@ func (m *Manager) persist(e *entry) error {
 		return err
 	}
 	e.save.saved, e.save.stored = v, true
+	if admit {
+		m.mu.Lock()
+		e.save.admit = false
+		m.mu.Unlock()
+	}
 	return nil
 }
 

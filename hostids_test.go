@@ -102,6 +102,22 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 	}) {
 		t.Errorf("a task once the first ended: %v", last)
 	}
+	// A resume is a run that counts too: the first task, ended on A, is not resumed while B
+	// runs the parent's other task, and stays as it was.
+	before, err := a.Get(first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Resume(t.Context(), parent, first.ID, "again"); !errors.Is(err, asyncagents.ErrTaskLimit) {
+		t.Errorf("a resume of the parent's ended task on A while B runs another: %v, want ErrTaskLimit", err)
+	}
+	if after, err := a.Get(first.ID); err != nil || after.Status != asyncagents.StatusCompleted || after.ResumeCount != before.ResumeCount || after.Result != before.Result {
+		t.Errorf("the task after the refused resume: %s, %d resumes, result %q, %v; want it as it was (%s, %d, %q)",
+			after.Status, after.ResumeCount, after.Result, err, before.Status, before.ResumeCount, before.Result)
+	}
+	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[first.ID].Type != "" {
+		t.Errorf("the session of the task after the refused resume: %+v, %v; want it idle", st[first.ID], err)
+	}
 }
 
 // sharedDatabase starts PostgreSQL with a new database, and returns a function that opens

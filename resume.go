@@ -25,13 +25,15 @@ import (
 // (GET /session/{id}/message?limit=1), then sends the prompt
 // (POST /session/{id}/prompt_async). Errors, each leaving the task unchanged:
 // [ErrInvalidInput] (an empty prompt, id or caller), [ErrTaskNotFound], [ErrAmbiguousID],
-// [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrBudget] (the
-// caller's tasks used [WithTreeBudget]), [ErrSessionExpired]
-// (the server no longer has the session, or the isolated task's worktree was discarded), [ErrLeaseLost] (with a shared [LeaseStore], the
-// ended task is being handed to another host that asked for it: try again, and the task is
-// taken over from there), [ErrClosed], or the server's error. A failure to
-// send the prompt leaves the task in [StatusError] with the reason and returns it with the
-// error.
+// [ErrTaskBusy] (the task is active and no follow-up can be queued), [ErrTaskLimit] (the
+// parent, or the session it counts under, has [WithMaxActivePerParent] active tasks),
+// [ErrBudget] (the caller's tasks used [WithTreeBudget]) — with a [LimitStore], both count
+// the tasks of every host, in the save of the resumed task —, [ErrSessionExpired] (the
+// server no longer has the session, or the isolated task's worktree was discarded),
+// [ErrLeaseLost] (with a shared [LeaseStore], the ended task is being handed to another host
+// that asked for it: try again, and the task is taken over from there), [ErrClosed], or the
+// server's error. A failure to send the prompt leaves the task in [StatusError] with the
+// reason and returns it with the error.
 func (m *Manager) Resume(ctx context.Context, caller Caller, id, prompt string, opts ...ResumeOption) (Task, error) {
 	if err := checkText("prompt", prompt, MaxPromptChars, false); err != nil {
 		return Task{}, fmt.Errorf("resume: %w", err)
@@ -140,6 +142,8 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *B
 		m.mu.Unlock()
 		return Task{}, err
 	}
+	_, open := m.tasks.open[e.task.ParentSessionID]
+	prev := beforeResume{task: e.task.clone(), run: e.run, done: e.done, opened: !open}
 	t := &e.task
 	t.Status = StatusResumed
 	t.ResumeCount++
@@ -160,16 +164,52 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *B
 	if _, ok := m.tasks.open[t.ParentSessionID]; !ok {
 		m.tasks.open[t.ParentSessionID] = t.BatchID
 	}
+	_, e.save.admit = m.cfg.store.(LimitStore) // the run counts on every host
 	m.changedLocked(e)
 	rc := t.ResumeCount
 	resumed := m.viewLocked(e) // as sent: the run may end before this returns
 	m.mu.Unlock()
-	m.persist(e)
+	if err := m.persist(e); errors.Is(err, ErrTaskLimit) || errors.Is(err, ErrBudget) {
+		m.unresume(e, prev, rc) // another host's tasks count too
+		return Task{}, err
+	}
 
 	if err := m.sendPrompt(ctx, e, rc); err != nil {
 		return m.failLaunch(e, rc, fmt.Errorf("asyncagents: send follow-up: %w", err))
 	}
 	return resumed, nil
+}
+
+// beforeResume is what a resume changed of an ended task, for unresume.
+type beforeResume struct {
+	task   Task
+	run    runState
+	done   chan struct{}
+	opened bool // the resume opened its parent's batch
+}
+
+// unresume takes back resume rc of e, which the store refused under the limits of every
+// host: e is as it was before, counts nothing, and its record is saved as it was (the store
+// kept it). A task changed meanwhile (cancelled, cleared) stays as it is.
+func (m *Manager) unresume(e *entry, prev beforeResume, rc int) {
+	m.mu.Lock()
+	e.save.admit = false
+	if e.removed || e.task.ResumeCount != rc || e.task.Status != StatusResumed {
+		m.mu.Unlock()
+		m.persist(e)
+		return
+	}
+	m.mirrors.drop(e)
+	e.task, e.run, e.done = prev.task, prev.run, prev.done
+	b := m.tasks.batch(e.task.BatchID)
+	b.active--
+	if prev.opened {
+		m.tasks.closeBatch(e.task.ParentSessionID, e.task.BatchID, b)
+	}
+	m.slots.unreserve(e.task.ParentSessionID, e.task.AnchorSessionID)
+	m.changedLocked(e)
+	m.mu.Unlock()
+	m.persist(e)
 }
 
 // sendFollowUp sends the first queued follow-up of the ended task e, if any. A failure is

@@ -111,13 +111,15 @@ type HandoffStore interface {
 // deleted tasks used, for the tree budgets.
 type LimitStore interface {
 	LeaseStore
-	// Admit saves the new task t, taking its lease as Save does, unless its parent, or the
-	// session it counts under (t.AnchorSessionID), has perParent or more active tasks
-	// (queued, running or resumed) on any store (an error matching ErrTaskLimit; perParent 0:
+	// Admit saves the new task t, or the ended task t resumed (the store has it ended),
+	// taking its lease as Save does, unless its parent, or the session it counts under
+	// (t.AnchorSessionID), has perParent or more active tasks (queued, running or resumed)
+	// on any store (an error matching ErrTaskLimit; perParent 0:
 	// no cap), or the tasks below that session, or below a session above it (through the
 	// tasks' own anchors and parents), used budget (an error matching ErrBudget; a zero budget
 	// bounds nothing). Tasks deleted still count for what they used. The check and the save
 	// are one transaction: two launches at once on two stores never both pass a cap of one.
+	// A refused resume leaves the record and its lease as they were.
 	Admit(ctx context.Context, t Task, perParent int, budget Budget) error
 	// TreeUsage returns what the tasks below session used, on every store, deleted ones
 	// included.

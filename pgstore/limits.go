@@ -82,9 +82,9 @@ func (s *Store) TreeUsage(ctx context.Context, session string) (asyncagents.Usag
 	return u, nil
 }
 
-// Admit saves the new task t, taking its lease as [Store.Save] does, unless its parent or
-// the session it counts under (t.AnchorSessionID, when set) has perParent or more active tasks
-// (queued, running or resumed) on every store together (an error matching
+// Admit saves the new task t, or the ended task t resumed, taking its lease as [Store.Save]
+// does, unless its parent or the session it counts under (t.AnchorSessionID, when set) has
+// perParent or more active tasks (queued, running or resumed) on every store together (an error matching
 // [asyncagents.ErrTaskLimit]; perParent 0: no cap), or the tree of that session, or of a
 // session above it (through the anchors of the tasks those sessions are, as
 // [asyncagents.MaxNestingDepth] bounds them), has used budget ([asyncagents.Budget.Reached]:

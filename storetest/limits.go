@@ -55,7 +55,7 @@ func checkAdmitCap(r *leaseRun) {
 	run, queued, none := asyncagents.StatusRunning, asyncagents.StatusQueued, asyncagents.Usage{}
 	t1, t2, t3 := launched("ses_1", p, "", run, none), launched("ses_2", p, "", queued, none), launched("ses_3", p, "", run, none)
 	sub := launched("ses_sub", "ses_unknown", p, run, none) // launched by a session under p that counts under p
-	_ = r.admit(a, t1, cap, asyncagents.Budget{}, "with no task of the parent", nil) &&
+	ok := r.admit(a, t1, cap, asyncagents.Budget{}, "with no task of the parent", nil) &&
 		r.admit(b, t2, cap, asyncagents.Budget{}, "with one active task of the parent on another store", nil) &&
 		r.admit(a, t3, cap, asyncagents.Budget{}, "with two active tasks of the parent, on two stores", asyncagents.ErrTaskLimit) &&
 		r.admit(b, t3, cap, asyncagents.Budget{}, "with two active tasks of the parent, on two stores", asyncagents.ErrTaskLimit) &&
@@ -65,6 +65,33 @@ func checkAdmitCap(r *leaseRun) {
 		r.end(a, t1) && r.end(b, t2) &&
 		r.admit(b, t3, cap, asyncagents.Budget{}, "after two of the parent's three tasks ended", nil) &&
 		r.admit(a, sub, cap, asyncagents.Budget{}, "counting under a session with two active tasks", asyncagents.ErrTaskLimit)
+	if !ok {
+		return
+	}
+	// A resumed run is admitted as a new task is: t1, ended and held by a, is not resumed while
+	// its parent has two active tasks, and its record and lease stay as they were.
+	resumed := t1
+	resumed.Status, resumed.ResumeCount = asyncagents.StatusResumed, 1
+	if err := a.Admit(r.ctx, resumed, cap, asyncagents.Budget{}); !errors.Is(err, asyncagents.ErrTaskLimit) {
+		r.errorf("Admit(%s, %d) of an ended task resumed while its parent has two active tasks: %v, want an error matching ErrTaskLimit", t1.ID, cap, err)
+	} else if st := r.statusOf(a, t1.ID); st != asyncagents.StatusCompleted || a.Held(t1.ID).IsZero() {
+		r.errorf("after Admit refused the resume of %s: stored %q, held until %v; want it completed and still held", t1.ID, st, a.Held(t1.ID))
+	}
+	_ = r.end(b, t3) && r.admit(a, resumed, cap, asyncagents.Budget{}, "resuming an ended task once its parent has one active task", nil)
+}
+
+// statusOf returns the status s loads of task id ("" when it has none).
+func (r *leaseRun) statusOf(s asyncagents.LeaseStore, id string) asyncagents.Status {
+	tasks, err := s.Load(r.ctx)
+	if err != nil {
+		r.errorf("Load: %v", err)
+	}
+	for _, t := range tasks {
+		if t.ID == id {
+			return t.Status
+		}
+	}
+	return ""
 }
 
 // Budgets of checkAdmitBudget: in tokens and USD, sums exact in binary.

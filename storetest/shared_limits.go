@@ -75,8 +75,8 @@ func (s *SharedStore) TreeUsage(_ context.Context, session string) (asyncagents.
 	return s.mem.treeUsage(session), nil
 }
 
-// Admit saves the new task t, as Save does, unless its parent or the session it counts under
-// (t.AnchorSessionID, when set) has perParent or more active tasks on every store of the
+// Admit saves the new task t, or the ended task t resumed, as Save does, unless its parent or
+// the session it counts under (t.AnchorSessionID, when set) has perParent or more active tasks on every store of the
 // SharedMemory (an error matching [asyncagents.ErrTaskLimit]; perParent 0: no cap), or the
 // tree of that session, or of a session above it, has used budget (an error matching
 // [asyncagents.ErrBudget]; the zero Budget bounds nothing) as [SharedStore.TreeUsage] sums
