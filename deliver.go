@@ -413,24 +413,3 @@ func postNoReply(ctx context.Context, client opencode.Client, session string, re
 	_, err := client.Prompt(ctx, session, req)
 	return err
 }
-
-// newestBefore returns the id a notification to parent must sort after: the parent's newest
-// message, known on connection live at now (see above) or read from client.
-func (h *heads) newestBefore(ctx context.Context, client opencode.Client, parent string, live uint64, now time.Time) (string, error) {
-	if id, ok := h.known(parent, live, now); ok {
-		return id, nil
-	}
-	tracked := h.track(parent, live)
-	last, err := client.Messages(ctx, parent, 1)
-	if err != nil {
-		return "", err
-	}
-	after := ""
-	if len(last) > 0 {
-		after = last[0].Info.ID
-	}
-	if tracked {
-		h.read(parent, after, live, now)
-	}
-	return after, nil
-}

@@ -76,6 +76,13 @@ func (m *Manager) afterFinish(f finished) {
 	}
 }
 
+// afterFinishSafely is afterFinish for the reconciler, which goes on after a panic in it
+// (logged).
+func (m *Manager) afterFinishSafely(f finished) {
+	defer m.bg.recoverAndLog("recording the end of a run")
+	m.afterFinish(f)
+}
+
 // notifyLocked records the notification of e's run end and queues it. m.mu is held.
 func (m *Manager) notifyLocked(e *entry) {
 	t := &e.task

@@ -239,6 +239,20 @@ func superseded(frames []logFrame) []bool {
 	return later
 }
 
+// whole returns the log of session sid's run and its frames when connection epoch carried the
+// whole run (runLog.snapshot); nil otherwise.
+func (ms *mirrors) whole(sid string, epoch uint64) (*runLog, []logFrame) {
+	l := ms.of([]byte(sid))
+	if l == nil {
+		return nil, nil
+	}
+	frames := l.snapshot(epoch)
+	if frames == nil {
+		return nil, nil
+	}
+	return l, frames
+}
+
 // of returns the log of the current run of the task session sid, or nil. It does not
 // allocate.
 func (ms *mirrors) of(sid []byte) *runLog {

@@ -325,7 +325,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	ended := m.endStreamed(jobs, done, results)
 	m.mirrors.decided.Add(int64(len(ended) - n))
 	if len(ended) == 1 {
-		m.bg.safely("recording the end of a run", func() { m.afterFinish(ended[0]) })
+		m.afterFinishSafely(ended[0])
 		return
 	}
 	var wg sync.WaitGroup // a store on a network saves one task at a time: several at once
@@ -337,7 +337,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 				<-m.recon.ends
 				wg.Done()
 			}()
-			m.bg.safely("recording the end of a run", func() { m.afterFinish(f) })
+			m.afterFinishSafely(f)
 		}()
 	}
 	wg.Wait()

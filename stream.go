@@ -294,10 +294,8 @@ func (st *stream) activeAfterQueued(sid string) bool {
 // idleEvent adds to an idle event of a session the frames its run's log recorded, when
 // connection epoch carried the whole run.
 func (st *stream) idleEvent(re runEvent, epoch uint64) runEvent {
-	if l := st.m.mirrors.of([]byte(re.sid)); l != nil {
-		if frames := l.snapshot(epoch); frames != nil {
-			re.mirror, re.reply = l, frames
-		}
+	if l, frames := st.m.mirrors.whole(re.sid, epoch); l != nil {
+		re.mirror, re.reply = l, frames
 	}
 	return re
 }
