@@ -81,6 +81,7 @@ func TestPermissionPolicy(t *testing.T) {
 // T-16 on the real server: a policy that allows once lets the task run its command; without
 // one the parent is told that the task waits.
 func TestRealServerPermissionPolicy(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := ownServer(t) // cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)

@@ -109,19 +109,22 @@ func waitMidRun(t *testing.T, ctx context.Context, c opencode.Client, tasks []as
 
 // T-23, §8: the server restarts while tasks run. The runs are gone (the sessions are idle
 // and their last steps never finish), so each task ends in error ("interrupted") within a
-// few poll intervals, a blocked Output returns, and each parent is told once per task. Both
-// scenarios restart one server of the test's own, one after the other.
-func TestFaultServerRestartInterruptsRuns(t *testing.T) {
+// few poll intervals, a blocked Output returns, and each parent is told once per task. The
+// Manager talks to the server through a proxy, which answers 503 while the server is down
+// and starting, so the Manager sees the server go away and come back, and nothing in between.
+func TestFaultServerRestartBehindAProxyInterruptsRuns(t *testing.T) {
 	t.Parallel()
-	srv := opencodetest.Start(t)
-	// The proxy answers 503 while the server is down and starting, so the Manager sees the
-	// server go away and come back, and nothing in between.
-	t.Run("behind a proxy", func(t *testing.T) { restartWhileRunning(t, srv, true) })
-	// The Manager talks to the server directly, as a host whose server restarts on its fixed
-	// port does. OpenCode 1.18.33 accepts connections a moment before it is ready and never
-	// answers the requests that arrive then (observed: no answer after 40 s): the Manager's
-	// request timeout frees the status poll that lands in that moment.
-	t.Run("same port", func(t *testing.T) { restartWhileRunning(t, srv, false) })
+	restartWhileRunning(t, opencodetest.Start(t), true)
+}
+
+// T-23, §8: as TestFaultServerRestartBehindAProxyInterruptsRuns, with the Manager talking to
+// the server directly, as a host whose server restarts on its fixed port does. OpenCode
+// 1.18.33 accepts connections a moment before it is ready and never answers the requests
+// that arrive then (observed: no answer after 40 s): the Manager's request timeout frees the
+// status poll that lands in that moment.
+func TestFaultServerRestartOnItsPortInterruptsRuns(t *testing.T) {
+	t.Parallel()
+	restartWhileRunning(t, opencodetest.Start(t), false)
 }
 
 func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) {

@@ -254,6 +254,7 @@ func TestRealServerLaunchValidation(t *testing.T) {
 
 // T-10 timeout, T-12 cancel, T-6 model error, on the real server.
 func TestRealServerTimeoutCancelAndError(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
@@ -368,6 +369,7 @@ func TestRealServerCompletionByPollingOnly(t *testing.T) {
 
 // T-15: a deleted task session cancels its task; a deleted parent takes its tasks with it.
 func TestRealServerSessionDeleted(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := ownServer(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
@@ -501,6 +503,7 @@ func TestRealServerFollowUpQueue(t *testing.T) {
 // timeout shorter than the run, a tool that keeps streaming output is not stale, a tool that
 // says nothing for longer is.
 func TestRealServerWatchdogs(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := ownServer(t) // aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
