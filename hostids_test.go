@@ -19,6 +19,7 @@ import (
 // other's tasks, the display ids both hosts show are all different, and a display id shown by
 // one host names, on the other, the same task (taken over from its holder).
 func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
@@ -82,6 +83,7 @@ func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
 // task per parent on both hosts, a parent with a task running on one host cannot start one on
 // the other; with a tree budget, what a parent's cleared tasks used still counts on every host.
 func TestLimitsHoldAcrossHosts(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	capped := []asyncagents.Option{asyncagents.WithMaxActivePerParent(1), asyncagents.WithNotifications(false)}
@@ -121,12 +123,13 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 }
 
 // sharedDatabase starts PostgreSQL with a new database, and returns a function that opens
-// one more store on it (a host's), with a 2 s lease, closed when the test ends.
+// one more store on it (a host's), with the tests' lease (leaseTestLease), closed when the test
+// ends.
 func sharedDatabase(t *testing.T) func() *pgstore.Store {
 	t.Helper()
 	url := pgstoretest.Start(t).NewDatabase(t)
 	return func() *pgstore.Store {
-		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: 2 * time.Second})
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
 		if err != nil {
 			t.Fatal(err)
 		}

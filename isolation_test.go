@@ -80,6 +80,7 @@ func callTool(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, n
 // files byte for byte as they were; a second merge is refused; clear removes the worktrees
 // and the unmerged task's branch.
 func TestRealServerIsolatedTasksMergeAndConflict(t *testing.T) {
+	t.Parallel() // a project of its own on the shared server
 	srv := shared.Get(t)
 	c := srv.Client()
 	dir, err := srv.NewProject(fmt.Sprintf("isolated-%d", time.Now().UnixNano()))

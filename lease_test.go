@@ -20,8 +20,9 @@ import (
 
 // Tests of Managers sharing tasks through a LeaseStore (pgstore on a real PostgreSQL).
 
-// leaseTestLease is the lease of these tests: short, so that takeovers come soon.
-const leaseTestLease = 1500 * time.Millisecond
+// leaseTestLease is the lease of these tests: short, so that takeovers come soon, and long
+// enough that a host of a test running beside others renews it in time.
+const leaseTestLease = 3 * time.Second
 
 // openPG opens a pgstore on url with the test lease, closed when t ends.
 func openPG(t *testing.T, url string) *pgstore.Store {
@@ -66,6 +67,7 @@ func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
 // claimed by another Manager on the same database, which finds them ended on the server and
 // notifies the parent, once per task.
 func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	if err != nil {
@@ -91,6 +93,7 @@ func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
 // expire: while it is cut off its tasks end, another Manager claims them and notifies, and
 // when the database is back the first drops them; every task is notified once.
 func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv := pgstoretest.Start(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
@@ -135,6 +138,7 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 // notification whose id it cannot store, and once the database is back every task is
 // stored completed and notified once.
 func TestDatabaseRestartLosesNothing(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv, url, f, caller := pgCase(t)
 	store := openPG(t, url)
 	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
@@ -172,6 +176,7 @@ func TestDatabaseRestartLosesNothing(t *testing.T) {
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
 // two Managers run at once (busy sessions of the server).
 func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
@@ -233,6 +238,7 @@ func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 // on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
 // brings back and removes the caller's tasks that B holds. Each run end is notified once.
 func TestEveryOperationWorksFromAnyHost(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
@@ -293,6 +299,7 @@ func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 // by a Manager of its own server. A's tasks (server one) outlive A; B (server two) never
 // claims them, and A2, a new Manager of server one, finishes and notifies them.
 func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
 	one, two := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns()), asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
@@ -344,6 +351,7 @@ func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
 // them (a Renew finds lost only what was held before it started), and each is notified once.
 func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
 	if err != nil {
@@ -380,6 +388,7 @@ func (failingRelease) Release(context.Context, ...string) error {
 // Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
 // end gave it back.
 func TestSlotFreedWhenHostStops(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
@@ -404,6 +413,7 @@ func TestSlotFreedWhenHostStops(t *testing.T) {
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
 // cleared.
 func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
@@ -461,6 +471,7 @@ func (c *messageLookups) Message(ctx context.Context, session, id string) (*open
 // holder claims shows the notification delivered: the new holder does not look it up or post
 // it again, and the parent gets one.
 func TestHandoverDuringDeliveryNotifiesOnce(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -512,6 +523,7 @@ func (s *holdingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // made (the second is no longer the holder's to post); the first goes alone, the second is
 // posted by its new holder, and the parent gets each once.
 func TestHandoverOfAMergedNotificationNotifiesOnce(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	store := &holdingSaves{Store: openPG(t, url), held: make(chan string, 2), hold: map[string]chan struct{}{}}
@@ -618,6 +630,7 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 // the handover waiting) returns ErrLeaseLost and changes nothing; once the other host has the
 // task, a Resume there runs the follow-up, with one notification per run end.
 func TestResumeDuringHandoverChangesNothing(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -665,6 +678,7 @@ func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // asking host's Output returns the task, which then runs its follow-up, and each run ends
 // with one notification.
 func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -698,6 +712,7 @@ func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 // holder sends it. (A hook holds the holder's delivery of the first run's notification, so
 // the handover waits while the second run ends.) Every run completes and is notified once.
 func TestFollowUpKeptDuringHandover(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -750,6 +765,7 @@ func TestFollowUpKeptDuringHandover(t *testing.T) {
 // then twice as long after each), not at every look, each a failing save; and it hands the
 // task over once it can save.
 func TestHandoverRetriesBackOff(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opt := asyncagents.WithFollowUpQueue(1)

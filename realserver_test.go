@@ -541,6 +541,7 @@ func TestRealServerWatchdogs(t *testing.T) {
 // sessions belong to its instance, their model is told its directory, their bash runs there,
 // and they complete, are notified and resume as any task, with a client scoped to the first.
 func TestRealServerTasksRunInTheirProject(t *testing.T) {
+	t.Parallel() // a project of its own on the shared server
 	srv := shared.Get(t)
 	other, err := srv.NewProject(fmt.Sprintf("other-%d", time.Now().UnixNano()))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 // session, no message the third. With a record key, a row without the key's seal is refused
 // even when its session is a real task's.
 func TestForgedRowsAreNotActedOn(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
 	f := asyncagentstest.NewFakeClient(t)
@@ -76,6 +77,7 @@ func TestForgedRowsAreNotActedOn(t *testing.T) {
 // A row of the Manager's own, sealed with the record key, is taken in by the next Manager
 // with the key.
 func TestSealedRowsAreTakenIn(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())

@@ -18,6 +18,7 @@ import (
 // its PostgreSQL refuses the launch with a text the model reads, keeps no task and leaves no
 // task session behind; once the database is back, a launch goes through.
 func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
+	t.Parallel() // a PostgreSQL server of its own
 	srv := pgstoretest.Start(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
