@@ -81,8 +81,8 @@ func TestPermissionPolicy(t *testing.T) {
 // T-16 on the real server: a policy that allows once lets the task run its command; without
 // one the parent is told that the task waits.
 func TestRealServerPermissionPolicy(t *testing.T) {
-	t.Parallel() // a server of its own
-	srv := ownServer(t) // cancels a busy session
+	t.Parallel()
+	srv := ownServer(t) // of its own: it cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	caller := asyncagentstest.NewParent(t, c)

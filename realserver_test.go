@@ -503,8 +503,8 @@ func TestRealServerFollowUpQueue(t *testing.T) {
 // timeout shorter than the run, a tool that keeps streaming output is not stale, a tool that
 // says nothing for longer is.
 func TestRealServerWatchdogs(t *testing.T) {
-	t.Parallel() // a server of its own
-	srv := ownServer(t) // aborts busy sessions
+	t.Parallel()
+	srv := ownServer(t) // of its own: it aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
 	caller := asyncagentstest.NewParent(t, c)
