@@ -63,7 +63,7 @@ that share a database give each server a -server-name of its own.
 SIGINT or SIGTERM stops it: the Manager and the store are closed, tasks go on running on
 the server and are picked up by the next serve (with PostgreSQL, by another serve at once).
 The server's password comes from OPENCODE_SERVER_PASSWORD (user OPENCODE_SERVER_USERNAME,
-default "opencode").`
+default "opencode"). Started before OpenCode, serve waits until OpenCode answers at -url.`
 
 // DefaultListen is the address serve listens on by default: beside OpenCode's 4096.
 const DefaultListen = "127.0.0.1:4097"
@@ -253,23 +253,20 @@ func envOr(name, def string) string {
 // newClient returns a client for the server at url with the password of the environment.
 func newClient(url string) (*opencode.HTTPClient, error) {
 	var opts []opencode.ClientOption
-	if pw := os.Getenv("OPENCODE_SERVER_PASSWORD"); pw != "" {
-		opts = append(opts, opencode.WithBasicAuth(envOr("OPENCODE_SERVER_USERNAME", "opencode"), pw))
+	if pw := os.Getenv(passwordVar); pw != "" {
+		opts = append(opts, opencode.WithBasicAuth(envOr(userVar, "opencode"), pw))
 	}
 	return opencode.NewHTTPClient(url, opts...)
 }
 
 // serve runs the Manager, the bridge and the status page for c until ctx is done or a
-// listener fails: it connects to OpenCode, opens the store and the Manager, builds the
-// bridge and the status page, listens, prints what it serves, registers the bridge with
-// each -dir, and serves; then it stops serving and closes what it opened, the last first.
+// listener fails: it reads the token, listens, opens the store, connects to OpenCode
+// (waiting until it answers), starts the Manager, builds the bridge and the status page,
+// prints what it serves, registers the bridge with each -dir, and serves; then it stops
+// serving and closes what it opened, the last first.
 func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) (err error) {
 	if w := storePasswordWarning(c.store); w != "" {
 		log.Warn("asyncagents serve: "+w, "store", storeName(c.store))
-	}
-	client, version, err := connect(ctx, c.url)
-	if err != nil {
-		return err
 	}
 	token, dashToken, err := serveTokens(c.tokenFile)
 	if err != nil {
@@ -280,7 +277,15 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		return err
 	}
 	defer ln.Close()
-	m, closeManager, err := openManager(client, c, log)
+	store, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	client, version, err := connect(ctx, c.url, log)
+	if err != nil {
+		return errors.Join(err, store.Close())
+	}
+	m, closeManager, err := openManager(client, store, c, log)
 	if err != nil {
 		return err
 	}
@@ -314,18 +319,71 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 	return srv.run(ctx, c.shutdown, log)
 }
 
-// connect returns a client for the OpenCode server at url and the server's version (GET
-// /global/health), or an error when the server does not answer.
-func connect(ctx context.Context, url string) (*opencode.HTTPClient, string, error) {
+// connect returns a client for the OpenCode server at url and the server's version
+// (GET /global/health). While nothing listens at url it waits, trying every second, until
+// ctx is done — serve may be started before OpenCode — and logs once what it waits for. A
+// server that asks for a password serve was not given, or refuses the one it was, is an error
+// naming OPENCODE_SERVER_PASSWORD; one that answers without the password serve was given is
+// a warning, since anyone on the machine can then reach it.
+func connect(ctx context.Context, url string, log *slog.Logger) (*opencode.HTTPClient, string, error) {
 	client, err := newClient(url)
 	if err != nil {
 		return nil, "", err
 	}
-	version, err := client.Health(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("OpenCode at %s: %w", url, err)
+	for waiting := false; ; {
+		version, err := client.Health(ctx)
+		switch {
+		case err == nil:
+			warnWithoutPassword(ctx, url, log)
+			return client, version, nil
+		case errors.Is(err, opencode.ErrUnauthorized):
+			if os.Getenv(passwordVar) == "" {
+				return nil, "", fmt.Errorf("OpenCode at %s asks for a password: set %s (and %s, when OpenCode's is not \"opencode\") in serve's environment to the one OpenCode was started with", url, passwordVar, userVar)
+			}
+			return nil, "", fmt.Errorf("OpenCode at %s refuses the password in %s (user %q from %s): it is not the one OpenCode was started with", url, passwordVar, envOr(userVar, "opencode"), userVar)
+		case !notListening(err):
+			return nil, "", fmt.Errorf("OpenCode at %s: %w", url, err)
+		}
+		if !waiting {
+			waiting = true
+			log.Warn("asyncagents serve: nothing answers at the OpenCode URL yet; waiting for OpenCode to start there "+
+				"(opencode serve --port N, or the TUI with opencode --port N, and serve -url http://127.0.0.1:N)", "url", url)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("stopped while waiting for OpenCode at %s", url)
+		case <-time.After(time.Second):
+		}
 	}
-	return client, version, nil
+}
+
+// The environment variables that give serve OpenCode's password, as OpenCode reads them.
+const (
+	passwordVar = "OPENCODE_SERVER_PASSWORD"
+	userVar     = "OPENCODE_SERVER_USERNAME"
+)
+
+// notListening reports whether err is a failure to connect: nothing listens at the address
+// (yet).
+func notListening(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// warnWithoutPassword logs a warning when serve was given a password and the server at url
+// answers GET /global/health without one.
+func warnWithoutPassword(ctx context.Context, url string, log *slog.Logger) {
+	if os.Getenv(passwordVar) == "" {
+		return
+	}
+	open, err := opencode.NewHTTPClient(url)
+	if err != nil {
+		return
+	}
+	if _, err := open.Health(ctx); err == nil {
+		log.Warn("asyncagents serve: OpenCode answers without a password, although "+passwordVar+" is set for serve: "+
+			"start OpenCode with the same "+passwordVar+", or anyone on this machine can use it", "url", url)
+	}
 }
 
 // serveTokens returns the bridge's token, read from tokenFile (created when missing), and
@@ -345,14 +403,10 @@ func serveTokens(tokenFile string) (token, dashToken string, err error) {
 	return token, dashToken, nil
 }
 
-// openManager opens the task store c.store and starts the Manager on it, with c's task
-// bounds, logger and tool prefix. closeManager closes the Manager, waiting at most
-// c.shutdown, then the store, and returns their errors joined.
-func openManager(client opencode.Client, c serveConfig, log *slog.Logger) (m *asyncagents.Manager, closeManager func() error, err error) {
-	store, err := openStore(c)
-	if err != nil {
-		return nil, nil, err
-	}
+// openManager starts the Manager on store (c.store, opened), with c's task bounds, logger
+// and tool prefix; on failure it closes store. closeManager closes the Manager, waiting at
+// most c.shutdown, then the store, and returns their errors joined.
+func openManager(client opencode.Client, store closingStore, c serveConfig, log *slog.Logger) (m *asyncagents.Manager, closeManager func() error, err error) {
 	bounds, err := c.bounds.options()
 	if err == nil && c.recordKeyFile != "" {
 		var key []byte
