@@ -229,5 +229,5 @@ func (m *Manager) publishLocked(e *entry, removed bool) {
 		m.feed.seq++ // no copy of the task for no one
 		return
 	}
-	m.feed.publish(m.viewLocked(e), removed)
+	m.feed.publish(m.viewLocked(e), removed, false)
 }

@@ -411,7 +411,7 @@ func TestSlotFreedWhenHostStops(t *testing.T) {
 }
 
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
-// cleared.
+// cleared, each change marked Remote; its own are not.
 func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
 	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
@@ -442,7 +442,7 @@ func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
 		}
 	}
 	task := asyncagentstest.Launch(t, a, caller, "after")
-	next("A's new task", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && !c.Removed })
+	next("A's new task, as another host's", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && !c.Removed && c.Remote })
 	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
 	next("A's task completed", func(c asyncagents.Change) bool {
 		return c.Task.ID == task.ID && c.Task.Status == asyncagents.StatusCompleted
@@ -451,6 +451,8 @@ func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("A's task removed", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && c.Removed })
+	own := asyncagentstest.Launch(t, b, caller, "B's own")
+	next("B's own task, as its own", func(c asyncagents.Change) bool { return c.Task.ID == own.ID && !c.Remote })
 }
 
 // messageLookups counts the Client's reads of one message (GET /session/{id}/message/{msg}),

@@ -414,7 +414,7 @@ func (h *sharedHosts) takeChangeLocked(c Change) {
 			delete(h.others, t.ID)
 			m.tasks.reg.RemoveForeign(t.ID)
 			was.DisplayID = t.ID
-			m.feed.publish(was, true)
+			m.feed.publish(was, true, true)
 		}
 		return
 	}
@@ -422,6 +422,6 @@ func (h *sharedHosts) takeChangeLocked(c Change) {
 	m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
 	if len(m.feed.subs) > 0 {
 		t.DisplayID = m.tasks.reg.DisplayID(t.ID)
-		m.feed.publish(t, false)
+		m.feed.publish(t, false, true)
 	}
 }

@@ -20,6 +20,9 @@ type Change struct {
 	Task Task `json:"task"`
 	// Removed reports that the task was cleared (Manager.Clear, Manager.ClearAll).
 	Removed bool `json:"removed,omitempty"`
+	// Remote reports, in a [Subscription], that the task is another host's: the change was
+	// read from the store, as a summary. A [HandoffStore] leaves it false.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // Subscription receives the changes of a Manager's tasks: a new task, a status change, a
@@ -94,11 +97,11 @@ func (f *feed) add(s *Subscription) {
 	f.subs[s] = struct{}{}
 }
 
-// publish sends a change of task t to every subscriber that has room, and drops those that
-// have none.
-func (f *feed) publish(t Task, removed bool) {
+// publish sends a change of task t (another host's, when remote) to every subscriber that
+// has room, and drops those that have none.
+func (f *feed) publish(t Task, removed, remote bool) {
 	f.seq++
-	c := Change{Seq: f.seq, Task: t, Removed: removed}
+	c := Change{Seq: f.seq, Task: t, Removed: removed, Remote: remote}
 	for s := range f.subs {
 		select {
 		case s.c <- c:

@@ -12,8 +12,8 @@ func TestFeed(t *testing.T) {
 	slow, fast := &Subscription{c: make(chan Change, 1)}, &Subscription{c: make(chan Change, 4)}
 	f.add(slow)
 	f.add(fast)
-	f.publish(Task{ID: "a"}, false)
-	f.publish(Task{ID: "a", Status: StatusCompleted}, false)
+	f.publish(Task{ID: "a"}, false, false)
+	f.publish(Task{ID: "a", Status: StatusCompleted}, false, false)
 	if _, ok := f.subs[slow]; ok || !errors.Is(slow.err, ErrLagged) {
 		t.Fatalf("slow subscriber kept (err %v)", slow.err)
 	}

@@ -261,9 +261,10 @@ func newClient(url string) (*opencode.HTTPClient, error) {
 
 // serve runs the Manager, the bridge and the status page for c until ctx is done or a
 // listener fails: it reads the token, listens, opens the store, connects to OpenCode
-// (waiting until it answers), starts the Manager, builds the bridge and the status page,
-// prints what it serves, registers the bridge with each -dir, and serves; then it stops
-// serving and closes what it opened, the last first.
+// (waiting until it answers), starts the Manager and the log of its tasks' launches, ends
+// and notifications, builds the bridge and the status page, prints what it serves,
+// registers the bridge with each -dir, and serves; then it stops serving and closes what it
+// opened, the last first.
 func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) (err error) {
 	if w := storePasswordWarning(c.store); w != "" {
 		log.Warn("asyncagents serve: "+w, "store", storeName(c.store))
@@ -290,6 +291,11 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		return err
 	}
 	defer func() { err = errors.Join(err, closeManager()) }()
+	stopLog, err := logActivity(m, log)
+	if err != nil {
+		return err
+	}
+	defer stopLog()
 	bridge, err := newBridge(m, client, c.dirs, token, log)
 	if err != nil {
 		return err

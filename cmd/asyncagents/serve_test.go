@@ -56,6 +56,15 @@ func TestServeRegistersAndServes(t *testing.T) {
 	}) {
 		t.Fatalf("tasks from serve: %+v", tasks)
 	}
+	// Issue 33: the log has one line per launch, run end and notification.
+	if !testmain.Eventually(30*time.Second, func() bool { return strings.Contains(s.log.String(), "notification delivered") }) {
+		t.Errorf("serve logged no notification:\n%s", s.log)
+	}
+	for _, line := range []string{"task launched", "task ended", "notification delivered"} {
+		if n := strings.Count(s.log.String(), "asyncagents: "+line); n != 1 {
+			t.Errorf("serve logged %q %d times, want once:\n%s", line, n, s.log)
+		}
+	}
 	if tasks[0].ParentSessionID != parent.ID || tasks[0].ParentMessageID == "" || tasks[0].ParentAgent != "build" {
 		t.Errorf("the task's caller: %s %s %s; want %s, a message, build", tasks[0].ParentSessionID, tasks[0].ParentMessageID, tasks[0].ParentAgent, parent.ID)
 	}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/truncate"
+)
+
+// maxLoggedError is how many characters of a task's error one log line carries.
+const maxLoggedError = 200
+
+// logActivity logs one line for each launch and resume, run end and delivered notification
+// of m's own tasks (not other hosts'), as its subscription delivers them, on a goroutine of
+// its own until m is closed or stop is called; stop waits for it. A subscription that falls
+// behind is replaced, and what happened meanwhile is told from the task's next change.
+func logActivity(m *asyncagents.Manager, log *slog.Logger) (stop func(), err error) {
+	sub, tasks, err := m.Subscribe(0)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]seenTask{}
+	for _, t := range tasks {
+		seen[t.ID] = seenOf(t)
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for c := range sub.Changes() {
+				if c.Remote {
+					continue
+				}
+				if c.Removed {
+					delete(seen, c.Task.ID)
+					continue
+				}
+				seen[c.Task.ID] = logChange(log, seen[c.Task.ID], c.Task)
+			}
+			if sub.Err() != asyncagents.ErrLagged {
+				return
+			}
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if sub, _, err = m.Subscribe(0); err != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		sub.Close()
+		<-done
+	}, nil
+}
+
+// seenTask is what logActivity last saw of a task.
+type seenTask struct {
+	known     bool
+	active    bool
+	resumes   int
+	delivered int
+}
+
+func seenOf(t asyncagents.Task) seenTask {
+	s := seenTask{known: true, active: t.Status.Active(), resumes: t.ResumeCount}
+	for _, n := range t.Notifications {
+		if n.State == asyncagents.NotificationDelivered {
+			s.delivered++
+		}
+	}
+	return s
+}
+
+// logChange logs what changed of t since was, and returns what is seen now.
+func logChange(log *slog.Logger, was seenTask, t asyncagents.Task) seenTask {
+	now := seenOf(t)
+	id := t.DisplayID
+	if id == "" {
+		id = t.ID
+	}
+	switch {
+	case now.active && (!was.known || now.resumes > was.resumes):
+		what := "asyncagents: task launched"
+		if now.resumes > 0 {
+			what = "asyncagents: task resumed"
+		}
+		log.Info(what, "task", id, "parent", t.ParentSessionID, "agent", t.Agent, "description", t.Description)
+	case was.active && !now.active:
+		args := []any{"task", id, "status", t.Status, "took", t.Duration(t.Completed).Round(time.Second)}
+		if t.Error != "" {
+			if p, cut := truncate.Prefix(t.Error, maxLoggedError); cut {
+				args = append(args, "error", p+"…")
+			} else {
+				args = append(args, "error", t.Error)
+			}
+		}
+		log.Info("asyncagents: task ended", args...)
+	}
+	if now.delivered > was.delivered {
+		log.Info("asyncagents: notification delivered", "task", id, "parent", t.ParentSessionID)
+	}
+	return now
+}
