@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +16,41 @@ import (
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
 
-var shared opencodetest.Shared
+// shared is the real server the package's tests share, started on first use. It asks for a
+// password, as TestRealServerBasicAuth checks; the other tests use its Client, which sends
+// it. TestForkSession runs on it in parallel with the tests of other servers: the tests
+// judge its model's requests by a text of their own, never by their count.
+var shared = opencodetest.Shared{Options: []opencodetest.ServerOption{opencodetest.WithPassword(sharedPassword)}}
+
+const sharedPassword = "s3cret-pw"
 
 func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
+
+// starts admits one server start at a time. Real-server tests run in parallel, and a start
+// keeps a small machine's CPUs busy for seconds: three at once on a loaded machine overran
+// the 60 s start timeout.
+var starts = make(chan struct{}, 1)
+
+var sharedOnce sync.Once
+
+// sharedServer returns the shared server, starting it (one start at a time) on first use.
+func sharedServer(t *testing.T) *opencodetest.Server {
+	t.Helper()
+	sharedOnce.Do(func() {
+		starts <- struct{}{}
+		defer func() { <-starts }()
+		shared.Get(t)
+	})
+	return shared.Get(t)
+}
+
+// ownServer starts a server for t alone (one start at a time), closed when t ends.
+func ownServer(t *testing.T, opts ...opencodetest.ServerOption) *opencodetest.Server {
+	t.Helper()
+	starts <- struct{}{}
+	defer func() { <-starts }()
+	return opencodetest.Start(t, opts...)
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -26,7 +59,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestRealServerSessionLifecycle(t *testing.T) {
-	srv := shared.Get(t)
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := ctxT(t)
 
@@ -53,17 +86,18 @@ func TestRealServerSessionLifecycle(t *testing.T) {
 		t.Fatalf("GetSession = %+v, %v", got, err)
 	}
 
-	// noReply stores a synthetic user message without calling the model.
-	before := len(srv.Model.Requests())
-	m, err := c.Prompt(ctx, child.ID, opencode.PromptRequest{NoReply: true, Parts: []opencode.TextPartInput{opencode.NewSyntheticText("context")}})
+	// noReply stores a synthetic user message without calling the model: no request holds
+	// its text (a step of the agent loop sends the session's messages, synthetic ones too).
+	note := "context of " + child.ID
+	m, err := c.Prompt(ctx, child.ID, opencode.PromptRequest{NoReply: true, Parts: []opencode.TextPartInput{opencode.NewSyntheticText(note)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Info.Role != opencode.RoleUser || len(m.Parts) != 1 || !m.Parts[0].Synthetic {
 		t.Fatalf("noReply prompt returned %+v", m)
 	}
-	if n := len(srv.Model.Requests()); n != before {
-		t.Fatalf("noReply called the model (%d requests)", n-before)
+	if n := requestsWith(srv, note); n != 0 {
+		t.Fatalf("noReply called the model (%d requests)", n)
 	}
 
 	// A blocking prompt runs the agent loop: one bash call, then a text reply.
@@ -98,6 +132,17 @@ func TestRealServerSessionLifecycle(t *testing.T) {
 	}
 }
 
+// requestsWith counts the model requests of srv that hold text.
+func requestsWith(srv *opencodetest.Server, text string) int {
+	n := 0
+	for _, r := range srv.Model.Requests() {
+		if r.Contains(text) {
+			n++
+		}
+	}
+	return n
+}
+
 func textOf(m *opencode.Message) string {
 	var b strings.Builder
 	for _, p := range m.Parts {
@@ -109,7 +154,7 @@ func textOf(m *opencode.Message) string {
 }
 
 func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
-	srv := shared.Get(t)
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := ctxT(t)
 
@@ -177,7 +222,7 @@ func TestRealServerPromptAsyncEventsAbort(t *testing.T) {
 }
 
 func TestRealServerErrors(t *testing.T) {
-	srv := shared.Get(t)
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := ctxT(t)
 
@@ -211,8 +256,10 @@ func TestRealServerErrors(t *testing.T) {
 	}
 }
 
+// The shared server asks for a password: requests without it, or with another, are refused
+// (routes and the event stream); a closed stream gives no more events.
 func TestRealServerBasicAuth(t *testing.T) {
-	srv := opencodetest.Start(t, opencodetest.WithPassword("s3cret-pw"))
+	srv := sharedServer(t)
 	ctx := ctxT(t)
 
 	if _, err := srv.Client().Agents(ctx, ""); err != nil {
@@ -255,17 +302,16 @@ func TestRealServerBasicAuth(t *testing.T) {
 // (both parts, the synthetic one marked), the answer's id is the one posted, the model is not
 // called, and an unknown session matches ErrNotFound.
 func TestRealServerPostMessage(t *testing.T) {
-	srv := shared.Get(t)
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := ctxT(t)
 	s, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "post message"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(srv.Model.Requests())
 	want := opencode.NewMessageID(time.Now(), "")
 	req := opencode.PromptRequest{MessageID: want, NoReply: true,
-		Parts: []opencode.TextPartInput{opencode.NewText("visible \"quoted\" ✓"), opencode.NewSyntheticText("hidden\nhint")}}
+		Parts: []opencode.TextPartInput{opencode.NewText("visible \"quoted\" ✓"), opencode.NewSyntheticText("hidden\nhint " + s.ID)}}
 	id, err := c.PostMessage(ctx, s.ID, req)
 	if err != nil || id != want {
 		t.Fatalf("PostMessage = %q, %v; want %q", id, err, want)
@@ -274,11 +320,11 @@ func TestRealServerPostMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Parts) != 2 || m.Parts[0].Text != "visible \"quoted\" ✓" || m.Parts[0].Synthetic || !m.Parts[1].Synthetic || m.Parts[1].Text != "hidden\nhint" {
+	if len(m.Parts) != 2 || m.Parts[0].Text != "visible \"quoted\" ✓" || m.Parts[0].Synthetic || !m.Parts[1].Synthetic || m.Parts[1].Text != "hidden\nhint "+s.ID {
 		t.Errorf("stored message = %+v", m.Parts)
 	}
-	if n := len(srv.Model.Requests()); n != before {
-		t.Errorf("a message without reply called the model (%d requests)", n-before)
+	if n := requestsWith(srv, "hint "+s.ID); n != 0 {
+		t.Errorf("a message without reply called the model (%d requests)", n)
 	}
 	if _, err := c.PostMessage(ctx, "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz", req); !errors.Is(err, opencode.ErrNotFound) {
 		t.Errorf("PostMessage(unknown) = %v, want ErrNotFound", err)

@@ -22,8 +22,12 @@ import (
 //     gets them) and adds the new prompt: a provider's prompt cache, which matches on the
 //     exact prefix, reads all of it from the cache. The subtest asserts at least 95% of the
 //     parent's request is shared.
+//
+// It runs on the shared server beside other tests: the requests it judges are those that
+// hold its tag.
 func TestForkSession(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := context.Background()
 	tag := "[fork-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "]"

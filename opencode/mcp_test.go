@@ -13,7 +13,7 @@ import (
 // connect, disconnect, and the errors. A server that answers MCP is connected in the
 // mcpserver package's end-to-end tests.
 func TestRealServerMCP(t *testing.T) {
-	srv := shared.Get(t)
+	srv := sharedServer(t)
 	c := srv.Client()
 	ctx := ctxT(t)
 

@@ -38,7 +38,8 @@ import (
 // request. A subtest that needs the session busy holds its first model request (HOLD:key in
 // the prompt) until it has posted what it posts while busy, so nothing depends on timing.
 func TestTurns(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv := ownServer(t) // a server of its own: the test sets its model's script
 	h := &holds{gates: map[string]chan struct{}{}}
 	srv.Model.SetScript(h.script)
 	t.Cleanup(h.releaseAll) // before the server's Close (cleanups run last first)

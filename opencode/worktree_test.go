@@ -34,7 +34,8 @@ import (
 //     names: the fork of a session of the main checkout is in the main checkout, with a
 //     worktree as ?directory= and with none: ForkSessionRequest.Directory changes nothing.
 func TestWorktreeSession(t *testing.T) {
-	srv := opencodetest.Start(t)
+	t.Parallel()
+	srv := ownServer(t) // a server of its own: the test sets its model's script
 	srv.Model.SetScript(planScript)
 	c := srv.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
