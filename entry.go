@@ -69,6 +69,9 @@ type runState struct {
 	retry    string                 // the message of the last retry status
 	seenBusy bool                   // the session went busy during this run
 	sessErr  string                 // the last session.error of this run
+	// ended is when the server says the run's last reply was completed, read after the
+	// fact (a restart, a stream that missed the end): its end, not when the Manager learned it.
+	ended time.Time
 
 	// The run's prompt (Task.PromptID) is being sent, was last sent at sentAt, and has been
 	// sent sends times (see sendPrompt).

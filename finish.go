@@ -44,6 +44,9 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 		e.run.aborting = nil
 	}
 	e.task.Status, e.task.Completed = st, m.bg.now()
+	if end := e.run.ended; end.After(e.task.Started) && end.Before(e.task.Completed) {
+		e.task.Completed = end // read later than it ended: the run's own duration
+	}
 	e.task.Result, e.task.Error = boundResult(result), boundError(errMsg)
 	m.mirrors.drop(e)
 	e.task.Permission = nil

@@ -316,3 +316,35 @@ func TestYoungRunNotInterrupted(t *testing.T) {
 		t.Fatalf("a run whose status lags its first step: %s %q", got.Status, got.Error)
 	}
 }
+
+// Issue 33, "durations in notifications include the time serve or OpenCode was down": a run
+// that ended while no Manager followed it ends, for the Manager that reads it later, when its
+// reply was completed (the server's time.completed), not when it was read; its duration and
+// its notification are the run's own.
+func TestRunEndedWhileNoHostFollowedKeepsItsOwnDuration(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns(), opencodetest.WithClock(clock.Now))
+	store := &asyncagents.MemoryStore{}
+	m1, err := asyncagents.New(f, asyncagents.WithStore(store), asyncagents.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := asyncagentstest.NewParent(t, f)
+	task := asyncagentstest.Launch(t, m1, caller, "held")
+	asyncagentstest.AwaitBusy(t, f, task.ID)
+	if err := m1.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(40 * time.Second)
+	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+	waitFor(t, 10*time.Second, func() bool { return !busy(t.Context(), f, task.ID) })
+	clock.Advance(time.Hour) // no Manager follows the task meanwhile
+	m2 := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithClock(clock))
+	got := asyncagentstest.AwaitTask(t, m2, task.ID, asyncagentstest.Delivered)
+	if d := got.Completed.Sub(got.Started); got.Status != asyncagents.StatusCompleted || d != 40*time.Second {
+		t.Errorf("the task read an hour after its run ended: %s after %v, want completed after 40s", got.Status, d)
+	}
+	if notes := asyncagentstest.Notifications(t, f, caller.SessionID); len(notes) != 1 || !strings.Contains(notes[0], "40s") {
+		t.Errorf("the parent's notifications: %q, want one saying 40s", notes)
+	}
+}

@@ -292,6 +292,11 @@ func (m *Manager) reconcile(r reconcileJob) {
 	}
 	if v.Outcome == manager.Completed || v.Outcome == manager.Failed {
 		m.settleUsage(ctx, e, rc, msgs)
+		m.mu.Lock()
+		if e.task.ResumeCount == rc {
+			e.run.ended = v.Ended
+		}
+		m.mu.Unlock()
 	}
 	switch v.Outcome {
 	case manager.Completed:

@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"strings"
+	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
 )
@@ -44,6 +45,9 @@ type Verdict struct {
 	Outcome Outcome
 	Result  string // Completed: the final reply's text parts joined by "\n"
 	Error   string // Failed: the error message
+	// Ended is when the run's last reply was completed, by the server's clock (its
+	// time.completed), for Completed and for Failed with the reply's own error; zero otherwise.
+	Ended time.Time
 }
 
 // Interrupted is the error of a run whose session is idle while its last step never
@@ -98,7 +102,7 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 	last := &msgs[len(msgs)-1]
 	switch {
 	case last.Info.Error != nil:
-		return Verdict{Outcome: Failed, Error: last.Info.Error.Message()}
+		return Verdict{Outcome: Failed, Error: last.Info.Error.Message(), Ended: completedAt(last)}
 	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
 		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
 	case !final(last): // OpenCode's loop goes on after such a step: an idle now would be stale
@@ -110,7 +114,15 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 		// step OpenCode would take for final: confirm the loop is not running first.
 		return Verdict{Outcome: Unfinished}
 	}
-	return Verdict{Outcome: Completed, Result: replyText(last)}
+	return Verdict{Outcome: Completed, Result: replyText(last), Ended: completedAt(last)}
+}
+
+// completedAt returns when message m was completed, or the zero time.
+func completedAt(m *opencode.Message) time.Time {
+	if m.Info.Time.Completed == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(m.Info.Time.Completed)
 }
 
 // final reports whether a finished step ends the run as OpenCode's loop decides it: a finish

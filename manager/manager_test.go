@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -129,8 +130,20 @@ func TestDecideFromLatestMessages(t *testing.T) {
 			Verdict{}},
 	}
 	for _, tc := range cases {
-		if got := Decide(tc.msgs, tc.run); got != tc.want {
+		got := Decide(tc.msgs, tc.run)
+		ended := got.Ended
+		got.Ended = time.Time{}
+		if got != tc.want {
 			t.Errorf("%s: Decide = %+v, want %+v", tc.name, got, tc.want)
+		}
+		// A completed run, and one failed with its reply's error, ended when its last reply
+		// was completed.
+		var want time.Time
+		if n := len(tc.msgs); n > 0 && (got.Outcome == Completed || got.Outcome == Failed && tc.msgs[n-1].Info.Error != nil) {
+			want = time.UnixMilli(tc.msgs[n-1].Info.Time.Completed)
+		}
+		if !ended.Equal(want) {
+			t.Errorf("%s: Decide's Ended = %v, want %v", tc.name, ended, want)
 		}
 	}
 }
