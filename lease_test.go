@@ -353,7 +353,7 @@ func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
 	t.Parallel() // a PostgreSQL server of its own
 	_, url, f, caller := pgCase(t)
-	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second}) // renewals every 333 ms
+	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease}) // renewals every second
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestForgedRowsAreNotActedOn(t *testing.T) {
 		{ID: real.ID, ParentSessionID: parent.SessionID, Description: "z", Prompt: "RUN:echo sealed?", Agent: "general",
 			Status: asyncagents.StatusQueued, Started: now, BatchID: real.ID},
 	}
-	writer, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second})
+	writer, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestForgedRowsAreNotActedOn(t *testing.T) {
 		}
 	}
 	writer.Close() // its leases go: the next store claims the rows
-	store, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second})
+	store, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSealedRowsAreTakenIn(t *testing.T) {
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	key := []byte(strings.Repeat("k", 32))
 	open := func() *pgstore.Store {
-		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: time.Second})
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
 	u, _ := url.Parse(db)
-	store, err := pgstore.Open(t.Context(), srv.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), pgstore.Options{Lease: 2 * time.Second})
+	store, err := pgstore.Open(t.Context(), srv.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), pgstore.Options{Lease: leaseTestLease})
 	if err != nil {
 		t.Fatal(err)
 	}
