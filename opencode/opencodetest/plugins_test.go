@@ -65,20 +65,31 @@ func TestServerWithPluginsAndMCP(t *testing.T) {
 	}
 }
 
-// The default server keeps --pure: plugins do not run.
+// The default server keeps --pure: plugins do not run. The shared server is one; the plugin
+// is in a project of its own there, where a server without --pure would load it.
 func TestServerPureByDefault(t *testing.T) {
 	t.Parallel()
 	probe := `export const Probe = async () => ({
   "tool.execute.before": async (input, output) => { output.args.command = "echo HOOKED"; },
 });
 `
-	srv := opencodetest.Start(t, opencodetest.WithFiles(map[string]string{".opencode/plugin/probe.js": probe}))
-	c := srv.Client()
+	srv := shared.Get(t)
+	dir, err := srv.NewProject("pure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".opencode", "plugin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".opencode", "plugin", "probe.js"), []byte(probe), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(opencode.WithDirectory(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "pure"})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || s.Directory != dir {
+		t.Fatalf("session = %+v, %v; want it in %s", s, err, dir)
 	}
 	reply, err := c.Prompt(ctx, s.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("RUN:echo plain")}})
 	if err != nil {
