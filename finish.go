@@ -72,18 +72,12 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 // afterFinish persists a task finishLocked ended, starts the queued tasks that got its slot
 // and sends its next follow-up.
 func (m *Manager) afterFinish(f finished) {
+	defer m.bg.recoverAndLog("recording the end of a run") // the task has ended whatever comes next
 	m.persist(f.e)
 	m.startQueued(f.start)
 	if f.followUp {
 		m.sendFollowUp(f.e)
 	}
-}
-
-// afterFinishSafely is afterFinish for the reconciler, which goes on after a panic in it
-// (logged).
-func (m *Manager) afterFinishSafely(f finished) {
-	defer m.bg.recoverAndLog("recording the end of a run")
-	m.afterFinish(f)
 }
 
 // notifyLocked records the notification of e's run end and queues it. m.mu is held.

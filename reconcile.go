@@ -330,7 +330,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 	ended := m.endStreamed(jobs, done, results)
 	m.mirrors.decided.Add(int64(len(ended) - n))
 	if len(ended) == 1 {
-		m.afterFinishSafely(ended[0])
+		m.afterFinish(ended[0])
 		return
 	}
 	var wg sync.WaitGroup // a store on a network saves one task at a time: several at once
@@ -342,7 +342,7 @@ func (m *Manager) decideStreamed(jobs []reconcileJob) {
 				<-m.recon.ends
 				wg.Done()
 			}()
-			m.afterFinishSafely(f)
+			m.afterFinish(f)
 		}()
 	}
 	wg.Wait()

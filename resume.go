@@ -170,7 +170,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *B
 	resumed := m.viewLocked(e) // as sent: the run may end before this returns
 	m.mu.Unlock()
 	if err := m.persist(e); errors.Is(err, ErrTaskLimit) || errors.Is(err, ErrBudget) {
-		m.unresume(e, prev, rc) // another host's tasks count too
+		prev.undo(m, e, rc) // another host's tasks count too
 		return Task{}, err
 	}
 
@@ -180,7 +180,7 @@ func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *B
 	return resumed, nil
 }
 
-// beforeResume is what a resume changed of an ended task, for unresume.
+// beforeResume is what a resume changed of an ended task, for undo.
 type beforeResume struct {
 	task   Task
 	run    runState
@@ -188,10 +188,10 @@ type beforeResume struct {
 	opened bool // the resume opened its parent's batch
 }
 
-// unresume takes back resume rc of e, which the store refused under the limits of every
-// host: e is as it was before, counts nothing, and its record is saved as it was (the store
-// kept it). A task changed meanwhile (cancelled, cleared) stays as it is.
-func (m *Manager) unresume(e *entry, prev beforeResume, rc int) {
+// undo takes back resume rc of e, which the store refused under the limits of every host:
+// e is as it was before, counts nothing, and its record is saved as it was (the store kept
+// it). A task changed meanwhile (cancelled, cleared) stays as it is.
+func (prev beforeResume) undo(m *Manager, e *entry, rc int) {
 	m.mu.Lock()
 	e.save.admit = false
 	if e.removed || e.task.ResumeCount != rc || e.task.Status != StatusResumed {
