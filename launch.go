@@ -120,7 +120,8 @@ func parseModel(s string) (*opencode.Model, error) {
 // reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline
 // and sends the result as a synthetic part without reply (POST /session/{id}/message with
 // noReply); it records the task and sends the prompt (POST /session/{id}/prompt_async), each
-// with a message id of its own choosing.
+// with a message id of its own choosing. With a [HandoffStore], once the task is recorded it
+// reads the caller's tasks other hosts hold, so that its DisplayID is unique among theirs too.
 //
 // A prompt whose answer is lost (the connection broke after the request may have reached
 // the server) is not a failure: Launch returns the task running, and the Manager finds out
@@ -200,6 +201,10 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 		m.isolation.unisolate(m.bg.ctx, plan.worktree, m.cfg.logger)
 		return Task{}, err // e, when set, was counted and taken back
 	}
+	// The caller's tasks other hosts stored, read once this one is stored: the id shown is
+	// unique among them too, and of two launches at once on two hosts the later read sees
+	// both, so the two are never shown the same id.
+	m.hosts.remote(in.Caller.SessionID)
 	if plan.injection != "" {
 		if err := injectContext(ctx, m.client, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
 			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
