@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
@@ -24,36 +25,43 @@ func logActivity(m *asyncagents.Manager, log *slog.Logger) (stop func(), err err
 	for _, t := range tasks {
 		seen[t.ID] = seenOf(t)
 	}
-	quit, done := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex // guards sub, which the goroutine replaces and stop closes
+	stopped, done := false, make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			for c := range sub.Changes() {
-				if c.Remote {
-					continue
-				}
-				if c.Removed {
+		for s := sub; ; {
+			for c := range s.Changes() {
+				switch {
+				case c.Remote:
+				case c.Removed:
 					delete(seen, c.Task.ID)
-					continue
+				default:
+					seen[c.Task.ID] = logChange(log, seen[c.Task.ID], c.Task)
 				}
-				seen[c.Task.ID] = logChange(log, seen[c.Task.ID], c.Task)
 			}
-			if sub.Err() != asyncagents.ErrLagged {
+			if s.Err() != asyncagents.ErrLagged {
 				return
 			}
-			select {
-			case <-quit:
-				return
-			default:
+			mu.Lock()
+			var next *asyncagents.Subscription
+			err := asyncagents.ErrClosed
+			if !stopped {
+				next, _, err = m.Subscribe(0)
 			}
-			if sub, _, err = m.Subscribe(0); err != nil {
+			if err == nil {
+				sub, s = next, next
+			}
+			mu.Unlock()
+			if err != nil {
 				return
 			}
 		}
 	}()
 	return func() {
-		close(quit)
+		mu.Lock()
+		stopped = true
 		sub.Close()
+		mu.Unlock()
 		<-done
 	}, nil
 }
