@@ -22,12 +22,7 @@ import (
 
 var shared opencodetest.Shared
 
-// TestMain runs up to 4 parallel tests at once (unless -test.parallel says otherwise): most
-// of them wait on OpenCode and PostgreSQL servers of their own rather than compute.
-func TestMain(m *testing.M) {
-	testmain.Parallel(4)
-	testmain.Run(m, shared.Close)
-}
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
 
 func tools(m *asyncagents.Manager) map[string]asyncagents.Tool {
 	out := map[string]asyncagents.Tool{}

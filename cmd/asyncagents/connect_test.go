@@ -16,17 +16,18 @@ import (
 )
 
 // Issue 33, "no start order works": serve started before OpenCode waits for it, saying once
-// what it waits for, and gets ready when OpenCode answers at -url; it then serves the tools.
+// what it waits for and holding its -listen port meanwhile, and gets ready when OpenCode
+// answers at -url; it then serves the tools.
 func TestServeStartedBeforeOpenCodeWaitsForIt(t *testing.T) {
 	t.Parallel()
 	srv, dir, c := project(t)
-	addr := freeAddr(t)
+	addr, listen := freeAddr(t), freeAddr(t)
 	_, args := stateArgs(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, append([]string{"serve", "-url", "http://" + addr, "-listen", "127.0.0.1:0", "-dir", dir}, args...), out, errOut)
+		code <- run(ctx, append([]string{"serve", "-url", "http://" + addr, "-listen", listen, "-dir", dir}, args...), out, errOut)
 	}()
 	t.Cleanup(func() { cancel(); <-code })
 	if !testmain.Eventually(30*time.Second, func() bool { return strings.Contains(errOut.String(), "waiting for OpenCode") }) {
@@ -34,6 +35,10 @@ func TestServeStartedBeforeOpenCodeWaitsForIt(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "Ready.") {
 		t.Fatalf("serve is ready with nothing at its -url:\n%s", out)
+	}
+	if ln, err := net.Listen("tcp", listen); err == nil {
+		ln.Close()
+		t.Errorf("serve waiting for OpenCode does not hold its -listen address %s", listen)
 	}
 	// OpenCode comes up at the address: here the shared server, through a proxy listening there.
 	ln, err := net.Listen("tcp", addr)

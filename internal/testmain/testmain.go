@@ -4,10 +4,8 @@
 package testmain
 
 import (
-	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,20 +26,6 @@ func Run(m *testing.M, cleanups ...func()) {
 		}
 	}
 	os.Exit(code)
-}
-
-// Parallel makes the package run up to n parallel tests at once, unless the command line
-// sets -test.parallel (whose default is GOMAXPROCS): for a package whose parallel tests
-// mostly wait on servers of their own rather than compute. Call it in TestMain before Run.
-func Parallel(n int) {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(n))
-	}
 }
 
 // Eventually checks cond every 20ms until it holds (true) or d has passed (false): the one
