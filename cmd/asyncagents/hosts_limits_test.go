@@ -46,7 +46,7 @@ import (
 // serves then run 2 at once as soon as that run ends: the limit is not shrunk. Every task
 // ends once, completed, and the parent holds one notification per task.
 func TestPausedServeChangesNoSlotAfterItsLease(t *testing.T) {
-	t.Parallel()
+	// Not parallel: three serves, PostgreSQL and OpenCode run before TestHostsShareTasksAndSurviveKill, not beside it.
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	states, plugins := hostStates(t, "h0", "h1")
@@ -148,7 +148,7 @@ func TestPausedServeChangesNoSlotAfterItsLease(t *testing.T) {
 // notification; the parent's child sessions are exactly those tasks, none busy: a refused
 // launch left no session behind.
 func TestLaunchRefusedWhileServeIsCutFromTheDatabase(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see TestPausedServeChangesNoSlotAfterItsLease.
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	proxy := pg.NewProxy(t)
@@ -264,7 +264,7 @@ func TestLaunchRefusedWhileServeIsCutFromTheDatabase(t *testing.T) {
 // names the candidates"). A held task cancelled through a serve that does not hold it is
 // cancelled, and no other task. Every task ends once, with one notification.
 func TestTaskIDsNameOneTaskOnEveryServe(t *testing.T) {
-	t.Parallel()
+	// Not parallel: see TestPausedServeChangesNoSlotAfterItsLease.
 	pg := pgstoretest.Start(t)
 	db := pg.NewDatabase(t)
 	prefixes := []string{"ha", "hb", "hc"}

@@ -88,7 +88,7 @@ func launchIsolated(t *testing.T, c *opencode.HTTPClient, parent, path, descript
 // Issue 32, item 7: SIGKILL of the host between creating and recording a worktree → swept at
 // the next start.
 func TestWorktreeOfAKilledLaunchIsSweptAtTheNextStart(t *testing.T) {
-	t.Parallel()
+	// Not parallel: serves and OpenCode instances run before the hosts tests, not beside them.
 	srv := opencodetest.Start(t)
 	scriptHosts(t, srv)
 	dir, err := srv.NewProject("repo")
