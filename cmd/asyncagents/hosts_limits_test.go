@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -149,19 +148,7 @@ func TestPausedServeChangesNoSlotAfterItsLease(t *testing.T) {
 // launch left no session behind.
 func TestLaunchRefusedWhileServeIsCutFromTheDatabase(t *testing.T) {
 	// Not parallel: see TestPausedServeChangesNoSlotAfterItsLease.
-	pg := pgstoretest.Start(t)
-	db := pg.NewDatabase(t)
-	proxy := pg.NewProxy(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	states, plugins := hostStates(t, "h0", "h1")
-	srv := opencodetest.Start(t, plugins)
-	held := scriptHosts(t, srv)
-	opts := []string{"-lease", "3s", "-notify", "none"}
-	cut := startHost(t, srv, states["h0"], pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
-	startHost(t, srv, states["h1"], db, "h1", opts...)
+	_, db, proxy, srv, held, cut := cutHosts(t)
 	c := srv.Client()
 	parent := newParent(t, c, "parent")
 	task := func(host, description string) opencodetest.ToolCall {

@@ -99,6 +99,27 @@ func launchServe(tb testing.TB, name string, args []string) *host {
 	return h
 }
 
+// cutHosts starts PostgreSQL with a database, a proxy to it, an OpenCode server scripted for
+// the hosts tests, and two serves with 3 s leases and -notify none: h0 (cut) reaching the
+// database through the proxy, h1 directly.
+func cutHosts(t *testing.T) (pg *pgstoretest.Server, db string, proxy *pgstoretest.Proxy, srv *opencodetest.Server, held *holds, cut *host) {
+	t.Helper()
+	pg = pgstoretest.Start(t)
+	db = pg.NewDatabase(t)
+	proxy = pg.NewProxy(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, plugins := hostStates(t, "h0", "h1")
+	srv = opencodetest.Start(t, plugins)
+	held = scriptHosts(t, srv)
+	opts := []string{"-lease", "3s", "-notify", "none"}
+	cut = startHost(t, srv, states["h0"], pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
+	startHost(t, srv, states["h1"], db, "h1", opts...)
+	return pg, db, proxy, srv, held, cut
+}
+
 // kill ends the host with SIGKILL, no goodbye, and waits for it.
 func (h *host) kill() {
 	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
@@ -451,19 +472,7 @@ func waitEnded(t *testing.T, url string, n int, within time.Duration) []asyncage
 // tasks before its leases could have expired.
 func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 	t.Parallel()
-	pg := pgstoretest.Start(t)
-	db := pg.NewDatabase(t)
-	proxy := pg.NewProxy(t)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	states, plugins := hostStates(t, "h0", "h1")
-	srv := opencodetest.Start(t, plugins)
-	held := scriptHosts(t, srv)
-	opts := []string{"-lease", "3s", "-notify", "none"}
-	cut := startHost(t, srv, states["h0"], pg.DSNAt(proxy.Addr(), strings.TrimPrefix(u.Path, "/")), "h0", opts...)
-	startHost(t, srv, states["h1"], db, "h1", opts...)
+	pg, db, proxy, srv, held, cut := cutHosts(t)
 	c := srv.Client()
 	var ids []string
 	for p := range 2 {
