@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,7 +32,6 @@ const (
 	notifyBackoffMin = 500 * time.Millisecond
 	notifyBackoffMax = time.Minute
 	flushTimeout     = 5 * time.Second
-	flushSettle      = 500 * time.Millisecond
 )
 
 // notifyLoop hands the parents whose next notification is due to delivery goroutines, in the
@@ -121,33 +121,21 @@ func (m *Manager) drain(ctx context.Context, parent string) (retry time.Time) {
 	}
 }
 
-// flushNotifications gives each parent's pending notifications, in order, one attempt. A
-// notification posted before (its attempt cut short by Close, say) may still be on its way
-// into the server, which stores a message before it answers: the flush waits flushSettle
-// before it looks such a one up, so that it does not take it for lost and post it twice.
+// flushNotifications gives each parent's pending notifications, in order, one attempt. One
+// posted before (its attempt cut short by Close, say) may still be on its way into the
+// server: it is posted again under its id (postOnce), which leaves one message.
 func (m *Manager) flushNotifications() {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	m.mu.Lock()
 	parents := make([]string, 0, len(m.notes.outboxes))
-	posted := false
 	for p, ob := range m.notes.outboxes {
 		if len(ob.queue) > 0 {
 			ob.next = time.Time{}
 			parents = append(parents, p)
-			for _, ref := range ob.queue {
-				if note := ref.note(); note != nil && note.MessageID != "" {
-					posted = true
-				}
-			}
 		}
 	}
 	m.mu.Unlock()
-	if posted {
-		settle, done := context.WithTimeout(ctx, flushSettle)
-		<-settle.Done()
-		done()
-	}
 	for _, p := range parents {
 		for ctx.Err() == nil && m.deliverNext(ctx, p) {
 		}
@@ -312,7 +300,15 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 	for _, p := range post {
 		ids = append(ids, p.e.task.ID)
 	}
-	_, confirmed, _, err = m.postOnce(ctx, parent, post[0].n.MessageID, nil, func(id string) error {
+	parts := func(id string) []string {
+		ids := make([]string, 0, len(post))
+		for _, p := range post {
+			visible, _ := notePartIDs(id, &p.n)
+			ids = append(ids, visible)
+		}
+		return ids
+	}
+	_, confirmed, _, err = m.postOnce(ctx, parent, post[0].n.MessageID, parts, nil, func(id string) error {
 		m.mu.Lock()
 		for _, p := range post {
 			if note := noteLocked(p.e, p.n.Key); note != nil {
@@ -339,7 +335,9 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 		req := opencode.PromptRequest{MessageID: id, Agent: post[0].e.task.ParentAgent,
 			Parts: make([]opencode.TextPartInput, 0, 2*len(post))}
 		for _, p := range post {
-			req.Parts = append(req.Parts, opencode.NewText(p.n.Visible), opencode.NewSyntheticText(p.n.Hidden))
+			visible, hidden := opencode.NewText(p.n.Visible), opencode.NewSyntheticText(p.n.Hidden)
+			visible.ID, hidden.ID = notePartIDs(id, &p.n)
+			req.Parts = append(req.Parts, visible, hidden)
 		}
 		if m.cfg.notifyPolicy == NotifyPerRun {
 			return false, m.client.PromptAsync(ctx, parent, req)
@@ -350,36 +348,42 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 	return confirmed, err
 }
 
-// postOnce posts a message to parent, as the Manager posts notifications and turn prompts:
-// with an id of its own choosing, newer than the parent's newest message, and recorded
-// (record) before it is posted (post), so that a lost answer or a host that stops does not
-// make it post twice; when record fails (the store could not keep the id), nothing is
-// posted. prev is the id an earlier attempt posted: found in the parent
-// (GET /session/{parent}/message/{prev}), it landed, and nothing is posted (confirmed). skip,
-// when not nil, is given the parent's newest message id and may end the attempt with nothing
-// posted (skipped). It returns the id posted, or prev.
-func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(newest string) bool,
+// postOnce posts a message to parent, as the Manager posts notifications and turn prompts,
+// so that a lost answer, a post that lands late or a host that stops never makes two
+// messages: its id is chosen once, newer than the parent's newest message, and recorded
+// (record) before it is posted (post); when record fails (the store could not keep the id),
+// nothing is posted. prev is the id an earlier attempt recorded: found in the parent
+// (GET /session/{parent}/message/{prev}) with every part id in parts, it landed, and nothing
+// is posted (confirmed); otherwise it is posted again under prev, with the same part ids,
+// which OpenCode stores in place of the first post's should that one land after all (an
+// earlier attempt may have posted some of the message's notifications under prev: one that
+// was handed over went without the others). skip, when not nil, is given the parent's newest
+// message id and may end the attempt with nothing posted (skipped). It returns the id posted,
+// or prev.
+func (m *Manager) postOnce(ctx context.Context, parent, prev string, parts func(id string) []string, skip func(newest string) bool,
 	record func(id string) error, post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
 	if prev != "" { // posted before: did it land?
-		_, err := m.client.Message(ctx, parent, prev)
-		if err == nil {
+		msg, err := m.client.Message(ctx, parent, prev)
+		if err == nil && hasParts(msg, parts(prev)) {
 			return prev, true, false, nil // it landed; the answer was lost
 		}
-		if !errors.Is(err, opencode.ErrNotFound) {
+		if err != nil && !errors.Is(err, opencode.ErrNotFound) { // (NotFound for a parent that is gone too: the post says which)
 			return "", false, false, fmt.Errorf("asyncagents: check message %s: %w", prev, err)
 		}
-		if _, err := m.client.GetSession(ctx, parent); err != nil {
-			return "", false, false, err // NotFound here: the parent is gone
+	}
+	id = prev
+	if id == "" || skip != nil {
+		after, err := m.notes.heads.newestBefore(ctx, m.client, parent, m.mirrors.live.Load(), m.bg.now())
+		if err != nil {
+			return "", false, false, err
+		}
+		if skip != nil && skip(after) {
+			return "", false, true, nil
+		}
+		if id == "" {
+			id = opencode.NewMessageID(m.bg.now(), after)
 		}
 	}
-	after, err := m.notes.heads.newestBefore(ctx, m.client, parent, m.mirrors.live.Load(), m.bg.now())
-	if err != nil {
-		return "", false, false, err
-	}
-	if skip != nil && skip(after) {
-		return "", false, true, nil
-	}
-	id = opencode.NewMessageID(m.bg.now(), after)
 	if err := record(id); err != nil {
 		return "", false, false, err
 	}
@@ -393,6 +397,16 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, skip func(n
 		m.notes.heads.raise(parent, id, 0)
 	}
 	return id, confirmed, false, err
+}
+
+// hasParts reports whether msg has a part of each id of ids.
+func hasParts(msg *opencode.Message, ids []string) bool {
+	for _, id := range ids {
+		if !slices.ContainsFunc(msg.Parts, func(p opencode.Part) bool { return p.ID == id }) {
+			return false
+		}
+	}
+	return true
 }
 
 // messagePoster is a Client that posts a message without decoding the answer

@@ -186,9 +186,10 @@
 // to have (after a minute with the session idle) is sent again under the same id, which
 // OpenCode never answers twice. The notification of each run end is kept in the task's
 // record (Task.Notifications) until delivered, retried per parent with backoff for
-// [WithNotifyHorizon], and checked for by its message id before a retry so that a lost answer
-// does not post it twice; one posted with prompt_async counts once the server shows its
-// message, and is posted again when a minute later it does not. By default ([NotifyPerWave])
+// [WithNotifyHorizon], and checked for by its message id before a retry: a lost answer does
+// not post it twice, and a retry goes under the same message and part ids, which OpenCode
+// stores in place of an earlier post that lands late; one posted with prompt_async counts
+// once the server shows its message, and is posted again when a minute later it does not. By default ([NotifyPerWave])
 // notifications are posted without reply, those of a parent due together merged into one
 // message, and the parent is asked for one turn per wave of run ends, with a prompt posted
 // under the same rules. With a [FileStore], or a store that several hosts share, all of this

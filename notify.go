@@ -2,8 +2,11 @@ package asyncagents
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // NotificationState is where a parent notification stands.
@@ -25,10 +28,12 @@ const (
 // of the task's record, so a notification still pending when the Manager closes or the host
 // crashes is delivered by the next Manager on the same [Store].
 //
-// Each is posted with a message id chosen by the Manager (MessageID, newer than the parent's
-// last message). Before a retry the Manager asks the server for that message
-// (GET /session/{parent}/message/{id}): when an earlier attempt landed although its answer
-// was lost, it is not posted again, so the parent never gets a notification twice.
+// Each is posted with a message id chosen by the Manager once (MessageID, newer than the
+// parent's last message), and part ids made from it. Before a retry the Manager asks the
+// server for that message (GET /session/{parent}/message/{id}): when an earlier attempt
+// landed although its answer was lost, it is not posted again; otherwise it is posted again
+// under the same ids, which OpenCode stores in place of the earlier post should that one
+// still land. The parent never gets a notification twice, on any host.
 type Notification struct {
 	// Key names the run end: "<task id>/<resume count>/<status>".
 	Key     string            `json:"key"`
@@ -127,4 +132,14 @@ func noteLocked(e *entry, key string) *Notification {
 		}
 	}
 	return nil
+}
+
+// notePartIDs returns the ids of the visible part and the hint of note in message id: the
+// same for every attempt (made from the run end's time and key, which never change), and in
+// the order the run ends were, visible part first.
+func notePartIDs(id string, note *Notification) (visible, hidden string) {
+	h := fnv.New32a()
+	h.Write([]byte(note.Key))
+	name := fmt.Sprintf("%016x%08x", uint64(note.Created.UnixNano()), h.Sum32())
+	return opencode.PartID(id, name+"a"), opencode.PartID(id, name+"b")
 }

@@ -349,6 +349,15 @@ func TestFaultLostNotificationResponse(t *testing.T) {
 		{"turn prompt", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async", opencodetest.Fault{DropResponse: true, Times: 1}},
 		{"turn prompt acknowledged, not stored", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async",
 			opencodetest.Fault{Status: http.StatusNoContent, Times: 1}},
+		// The post fails at once but reaches the server only after the retry posted it again
+		// (a server slow to act on a request its client gave up on, or a host that stopped
+		// mid-post): the two posts are one message, and one turn.
+		{"noReply message lands late", asyncagents.NotifyNoReply, "POST /session/%s/message",
+			opencodetest.Fault{Late: true, Delay: 2 * time.Second, Times: 1}},
+		{"prompt_async lands late", asyncagents.NotifyPerRun, "POST /session/%s/prompt_async",
+			opencodetest.Fault{Late: true, Delay: 2 * time.Second, Times: 1}},
+		{"turn prompt lands late", asyncagents.NotifyPerWave, "POST /session/%s/prompt_async",
+			opencodetest.Fault{Late: true, Delay: 2 * time.Second, Times: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -378,9 +387,38 @@ func TestFaultLostNotificationResponse(t *testing.T) {
 					t.Errorf("the parent has %d turn prompts, want 1", n)
 				}
 			}
+			if tc.fault.Late {
+				time.Sleep(tc.fault.Delay + time.Second) // the late request has landed
+			}
+			turns := 1 // the notification's prompt, or the turn prompt
+			if tc.policy == asyncagents.NotifyNoReply {
+				turns = 0
+			}
+			waitFor(t, 30*time.Second, func() bool {
+				return countReplies(t, srv.Client(), parent.SessionID) >= turns && !busy(t.Context(), srv.Client(), parent.SessionID)
+			})
+			if n := countReplies(t, srv.Client(), parent.SessionID); n != turns {
+				t.Errorf("the parent replied %d times, want %d", n, turns)
+			}
 			settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
 		})
 	}
+}
+
+// countReplies returns how many assistant messages the parent session has.
+func countReplies(t *testing.T, c opencode.Client, parent string) int {
+	t.Helper()
+	msgs, err := c.Messages(context.Background(), parent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, msg := range msgs {
+		if msg.Info.Role == opencode.RoleAssistant {
+			n++
+		}
+	}
+	return n
 }
 
 // countTurnPrompts returns how many prompts asking for a turn the parent session has.

@@ -193,7 +193,8 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk, 
 	if len(a.ours) == 0 {
 		return "", false, true, nil // cleared meanwhile: nothing to ask a turn for
 	}
-	return m.postOnce(ctx, parent, a.prev, func(newest string) bool { return !a.ours[newest] }, func(id string) error {
+	parts := func(id string) []string { return []string{opencode.PartID(id, "turn")} }
+	return m.postOnce(ctx, parent, a.prev, parts, func(newest string) bool { return !a.ours[newest] }, func(id string) error {
 		m.mu.Lock()
 		for _, r := range a.refs {
 			if note := r.note(); note != nil {
@@ -213,7 +214,9 @@ func (m *Manager) postTurnSafely(ctx context.Context, parent string, a turnAsk, 
 			return false, err
 		}
 		defer cancel()
-		req := opencode.PromptRequest{MessageID: id, Agent: a.agent, Parts: []opencode.TextPartInput{opencode.NewText(a.text)}}
+		part := opencode.NewText(a.text)
+		part.ID = parts(id)[0]
+		req := opencode.PromptRequest{MessageID: id, Agent: a.agent, Parts: []opencode.TextPartInput{part}}
 		return false, m.client.PromptAsync(ctx, parent, req)
 	})
 }

@@ -3,6 +3,7 @@ package opencode
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -41,4 +42,13 @@ func NewMessageID(now time.Time, after string) string {
 		r /= 62
 	}
 	return string(id[:])
+}
+
+// PartID returns the id of the part of message messageID named name: "prt_", the message id
+// after its "msg_", then name (ASCII letters and digits). The same message id and name give
+// the same id, so a prompt posted again with its parts' ids replaces its parts instead of
+// adding them ([TextPartInput.ID]); OpenCode orders a message's parts by id, so the parts of
+// one message sort by name.
+func PartID(messageID, name string) string {
+	return "prt_" + strings.TrimPrefix(messageID, "msg_") + name
 }

@@ -308,6 +308,10 @@ type PermissionReply struct {
 // TextPartInput is a text part of a prompt. Synthetic parts are shown to the model but
 // marked as injected rather than typed by a user.
 type TextPartInput struct {
+	// ID, when set, is the part's id ("prt…"; [PartID] makes one). OpenCode 1.18.33 stores a
+	// part under an id its message already has in place of that part, so a prompt posted
+	// again with the same message id and part ids leaves one message with its parts once.
+	ID        string `json:"id,omitempty"`
 	Type      string `json:"type"` // always "text"; set by NewText
 	Text      string `json:"text"`
 	Synthetic bool   `json:"synthetic,omitempty"`
@@ -333,7 +337,8 @@ type PromptRequest struct {
 	// anything else is HTTP 400). OpenCode 1.18.33 orders a session's messages by the time
 	// the server created them, then by id, so the id places the message only among those
 	// created in the same millisecond: choose it newer than the session's last message
-	// ([NewMessageID]). An id the session already has adds the parts to that message and
+	// ([NewMessageID]). An id the session already has adds the parts to that message (a part
+	// whose [TextPartInput.ID] it has replaces that part), keeps the message's place, and
 	// starts no reply.
 	MessageID string `json:"messageID,omitempty"`
 }

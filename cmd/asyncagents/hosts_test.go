@@ -346,8 +346,11 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 	held.release("run")
 	released := time.Now()
 	var all []asyncagents.Task
-	if !testmain.Eventually(90*time.Second, func() bool {
-		all = storedTasks(t, db)
+	var left []string
+	// A bound on liveness, not a speed target (BenchmarkRealServerHosts measures that): 60
+	// runs through 40 slots on 2 CPUs took over 90 s beside the other packages' tests.
+	if !testmain.Eventually(3*time.Minute, func() bool {
+		all, left = storedTasks(t, db), nil
 		for _, task := range all {
 			want := asyncagents.StatusCompleted
 			if task.ID == remote {
@@ -355,12 +358,16 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 			}
 			if task.Status != want || len(task.Notifications) != 1 ||
 				task.Notifications[0].State != asyncagents.NotificationDelivered {
-				return false
+				note := "no notification"
+				if len(task.Notifications) > 0 {
+					note = "notification " + string(task.Notifications[0].State)
+				}
+				left = append(left, fmt.Sprintf("%s %s (%s)", task.Description, task.Status, note))
 			}
 		}
-		return true
+		return len(left) == 0
 	}) {
-		t.Fatalf("tasks not all completed and notified %v after the kill: %+v", time.Since(killed), all)
+		t.Fatalf("%d tasks not completed and notified %v after the kill: %s", len(left), time.Since(killed), strings.Join(left, "; "))
 	}
 	t.Logf("every task ended and notified %v after the runs were released", time.Since(released).Round(time.Millisecond))
 	time.Sleep(3 * time.Second) // a duplicate would come within a lease
@@ -381,7 +388,7 @@ func TestHostsShareTasksAndSurviveKill(t *testing.T) {
 // checkNotifiedOnce checks that each of parents has perParent tasks and holds the
 // notification each recorded (a notification posted without reply by -notify none is a
 // visible part followed by its synthetic hint, in a user message alone or merged with
-// others), and logs any other.
+// others), and no other.
 func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, all []asyncagents.Task, perParent int) {
 	t.Helper()
 	want := map[string]map[string]bool{}
@@ -424,14 +431,13 @@ func checkNotifiedOnce(t *testing.T, c *opencode.HTTPClient, parents []string, a
 				t.Errorf("parent %s: its task's notification %s is not in it", parent, id)
 			}
 		}
-		// A run end posted twice is one entry too many. Under heavy load (2 CPUs at load
-		// 8–12) a task was seen notified a second time under another message id; until that
-		// path is found it is logged, not failed (issue 35's note): nothing is lost above.
 		for _, id := range got {
 			if !want[parent][id] {
-				t.Logf("KNOWN PROBLEM: parent %s: notification %s is none of its tasks' recorded ones (%d notifications for %d tasks):\n%s",
-					parent, id, len(got), perParent, text[id])
+				t.Errorf("parent %s: notification in %s is none of its tasks' recorded ones:\n%s", parent, id, text[id])
 			}
+		}
+		if len(got) != perParent {
+			t.Errorf("parent %s holds %d notifications for %d tasks, want one each", parent, len(got), perParent)
 		}
 	}
 }

@@ -82,6 +82,41 @@ func checkMessageID(k *checker) {
 	if len(msgs) != 2 || msgs[1].Info.ID != id || len(msgs[1].Parts) != 2 {
 		k.errorf("after re-using the id: %d messages, last %+v; want 2, the last with both parts", len(msgs), msgs[len(msgs)-1].Info)
 	}
+	checkPartIDs(k, s.ID)
+}
+
+// checkPartIDs: parts posted with ids of their own keep them and are ordered by id within
+// their message; the same prompt posted again (same message id, same part ids, one text
+// changed) leaves one message whose parts are replaced, not added, and keeps its place
+// before a message posted in between.
+func checkPartIDs(k *checker, session string) {
+	last := k.messages(session, 0)
+	id := opencode.NewMessageID(time.Now(), last[len(last)-1].Info.ID)
+	a, b := opencode.PartID(id, "a"), opencode.PartID(id, "b")
+	req := opencode.PromptRequest{NoReply: true, MessageID: id, Parts: []opencode.TextPartInput{
+		{ID: b, Type: opencode.PartText, Text: "second", Synthetic: true}, {ID: a, Type: opencode.PartText, Text: "first"}}}
+	if _, err := k.c.Prompt(k.ctx, session, req); !k.ok(err, "Prompt(part ids)") {
+		return
+	}
+	if _, err := k.c.Prompt(k.ctx, session, opencode.PromptRequest{NoReply: true, Parts: text("in between")}); !k.ok(err, "Prompt(NoReply)") {
+		return
+	}
+	req.Parts[1].Text = "first, again"
+	if _, err := k.c.Prompt(k.ctx, session, req); !k.ok(err, "Prompt(same part ids)") {
+		return
+	}
+	msgs := k.messages(session, 0)
+	var got []string
+	for _, m := range msgs[len(last):] {
+		got = append(got, m.Info.ID)
+		for _, p := range m.Parts {
+			got = append(got, p.ID+" "+p.Text)
+		}
+	}
+	want := []string{id, a + " first, again", b + " second", msgs[len(msgs)-1].Info.ID, msgs[len(msgs)-1].Parts[0].ID + " in between"}
+	if !slices.Equal(got, want) {
+		k.errorf("a prompt posted twice with the same message and part ids, a message between:\n got %q\nwant %q", got, want)
+	}
 }
 
 // checkPaging: MessagesBefore pages from the newest message back, oldest first within a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents/opencode"
@@ -40,14 +42,24 @@ func (f *FakeClient) addUserMessage(s *fakeSession, req opencode.PromptRequest, 
 	return m
 }
 
-// addParts adds text parts to a user message.
+// addParts adds text parts to a user message; a part with the id of one it has replaces it,
+// and the parts with ids of their own are kept in id order, as OpenCode does.
 func (f *FakeClient) addParts(s *fakeSession, m *fakeMessage, parts []opencode.TextPartInput) {
 	for _, in := range parts {
-		p := &partJSON{ID: f.ids.next("prt", false, f.now()), SessionID: s.info.ID, MessageID: m.info.ID,
+		id := in.ID
+		if id == "" {
+			id = f.ids.next("prt", false, f.now())
+		}
+		p := &partJSON{ID: id, SessionID: s.info.ID, MessageID: m.info.ID,
 			Type: opencode.PartText, Text: ptr(in.Text), Synthetic: in.Synthetic}
-		m.parts = append(m.parts, p)
+		if i := slices.IndexFunc(m.parts, func(q *partJSON) bool { return q.ID == id }); i >= 0 {
+			m.parts[i] = p
+		} else {
+			m.parts = append(m.parts, p)
+		}
 		f.emitPart(s, p)
 	}
+	slices.SortStableFunc(m.parts, func(a, b *partJSON) int { return strings.Compare(a.ID, b.ID) })
 	s.info.Time.Updated = f.ms()
 	f.emit(opencode.EventSessionUpdated, sessionEvent{SessionID: s.info.ID, Info: s.info})
 }

@@ -1,6 +1,7 @@
 package opencodetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,7 @@ import (
 // its server (a [Server], or any `opencode serve`) and makes the faults of a network and of
 // a server that goes away, on demand: requests answered with an error status or a reset
 // connection without reaching the server ([Fault]), requests delayed, answers lost after the
-// server acted, event streams cut ([Proxy.CutEvents]) or fed events the server never sent
+// server acted, requests the server gets only after their client gave up, event streams cut ([Proxy.CutEvents]) or fed events the server never sent
 // ([Proxy.SendEvent]), and a switch to another server ([Proxy.SetUpstream]), such as one
 // that came back on a new port after [Server.Restart].
 //
@@ -43,6 +44,7 @@ type Proxy struct {
 	ctx       context.Context // cancelled by Close: ends delays and upstream requests
 	cancel    context.CancelFunc
 	pumps     sync.WaitGroup // the goroutines reading upstream event streams
+	late      sync.WaitGroup // the goroutines forwarding late requests
 	closeOnce sync.Once
 
 	mu       sync.Mutex
@@ -110,8 +112,8 @@ func (p *Proxy) Upstream() string {
 	return p.upstream.String()
 }
 
-// Fault says what a [Proxy] does to the requests it matches. With neither Status, Reset
-// nor DropResponse set, a matching request is forwarded after Delay: a Fault with nothing
+// Fault says what a [Proxy] does to the requests it matches. With none of Status, Reset,
+// DropResponse and Late set, a matching request is forwarded after Delay: a Fault with nothing
 // else set only counts requests ([Injection.Hits]).
 type Fault struct {
 	// Pattern selects requests by method and path, in the syntax of [http.ServeMux]
@@ -135,6 +137,11 @@ type Fault struct {
 	// the client's connection without passing the answer on: the server acted, the client
 	// sees a broken connection.
 	DropResponse bool
+	// Late answers the client at once with a reset connection, without forwarding the
+	// request, and forwards it Delay later (plus Jitter), its answer dropped: a request the
+	// client gave up on that the server acts on only after the client tried again. The
+	// proxy's Close ends a late request not yet forwarded.
+	Late bool
 }
 
 // Injection is a [Fault] in effect on a Proxy, from [Proxy.Inject] until Remove.
@@ -157,7 +164,7 @@ func (faultMatch) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // Inject puts f in effect and returns its handle. A request goes to the oldest injection in
 // effect that matches it and has requests left ([Fault.Times]); others see it pass through.
 // Inject panics, as [http.ServeMux.Handle] does, on a pattern that does not parse, and on a
-// fault with more than one of Status, Reset and DropResponse, a Status
+// fault with more than one of Status, Reset, DropResponse and Late, a Status
 // outside 100–599, or a negative Times, Delay or Jitter.
 //
 // Note that Go's [http.Transport] sends a replayable request (GET, HEAD, …, or one with an
@@ -165,14 +172,14 @@ func (faultMatch) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // Reset or DropResponse each try is a request here.
 func (p *Proxy) Inject(f Fault) *Injection {
 	actions := 0
-	for _, on := range []bool{f.Status != 0, f.Reset, f.DropResponse} {
+	for _, on := range []bool{f.Status != 0, f.Reset, f.DropResponse, f.Late} {
 		if on {
 			actions++
 		}
 	}
 	switch {
 	case actions > 1:
-		panic("opencodetest: a fault sets at most one of Status, Reset and DropResponse")
+		panic("opencodetest: a fault sets at most one of Status, Reset, DropResponse and Late")
 	case f.Status != 0 && (f.Status < 100 || f.Status > 599):
 		panic(fmt.Sprintf("opencodetest: fault status %d out of range", f.Status))
 	case f.Times < 0 || f.Delay < 0 || f.Jitter < 0:
@@ -252,6 +259,11 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
+	if f.Late {
+		p.forwardLate(r, f.Delay+jitter(f.Jitter))
+		reset(w)
+		return
+	}
 	if d := f.Delay + jitter(f.Jitter); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -272,6 +284,33 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.rp.ServeHTTP(w, r)
 	}
+}
+
+// forwardLate forwards r after d, on a goroutine of the proxy's own, and drops the answer.
+// The request's body is read now, while its client still sends it.
+func (p *Proxy) forwardLate(r *http.Request, d time.Duration) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client left before it sent the request: nothing to forward
+	}
+	late := r.Clone(p.ctx)
+	late.Body, late.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	p.late.Add(1)
+	go func() {
+		defer p.late.Done()
+		defer func() {
+			if r := recover(); r != nil && r != http.ErrAbortHandler { // the answer broke off: it is dropped anyway
+				panic(r)
+			}
+		}()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.rp.ServeHTTP(&discardWriter{h: http.Header{}}, late)
+		case <-p.ctx.Done():
+		}
+	}()
 }
 
 func jitter(max time.Duration) time.Duration {
@@ -322,6 +361,7 @@ func (p *Proxy) Close() {
 		p.srv.CloseClientConnections()
 		p.srv.Close()
 		p.pumps.Wait()
+		p.late.Wait()
 		p.transport.CloseIdleConnections()
 	})
 }

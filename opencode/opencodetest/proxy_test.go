@@ -46,13 +46,21 @@ func ExampleProxy() {
 type upstream struct {
 	*httptest.Server
 	hits   atomic.Int64
+	body   atomic.Value // string: the body of the last request
 	frames chan string
+}
+
+func (u *upstream) lastBody() string {
+	s, _ := u.body.Load().(string)
+	return s
 }
 
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{frames: make(chan string)}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.body.Store(string(b))
 		u.hits.Add(1)
 		if r.URL.Path != "/global/event" {
 			fmt.Fprintf(w, "ok %s %s", r.Method, r.URL.Path)
@@ -161,9 +169,25 @@ func TestProxyPassesThroughAndInjectsFaults(t *testing.T) {
 		t.Fatalf("dropped response not forwarded once: hits %d → %d", before, up.hits.Load())
 	}
 
+	// Late: the client gets a broken connection at once; the server gets the request, with
+	// its body, Delay later.
+	p.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/message", Late: true, Delay: 200 * time.Millisecond, Times: 1})
+	before = up.hits.Load()
+	start := time.Now()
+	if _, err := c.Post(p.URL+"/session/ses_d/message", "application/json", strings.NewReader(`{"parts":[]}`)); err == nil {
+		t.Fatal("late request: no error")
+	}
+	if up.hits.Load() != before || time.Since(start) > 150*time.Millisecond {
+		t.Fatalf("late request forwarded at once (hits %d → %d) or the client waited %v", before, up.hits.Load(), time.Since(start))
+	}
+	poll(t, 10*time.Second, func() bool { return up.hits.Load() == before+1 })
+	if time.Since(start) < 200*time.Millisecond || up.lastBody() != `{"parts":[]}` {
+		t.Fatalf("late request forwarded after %v with body %q", time.Since(start), up.lastBody())
+	}
+
 	// Delay holds the request, then forwards it.
 	p.Inject(opencodetest.Fault{Pattern: "GET /agent", Delay: 150 * time.Millisecond, Jitter: 50 * time.Millisecond})
-	start := time.Now()
+	start = time.Now()
 	if got, err := get(t, c, p.URL+"/agent"); err != nil || got != "200 ok GET /agent" || time.Since(start) < 150*time.Millisecond {
 		t.Fatalf("delayed = %q, %v after %v", got, err, time.Since(start))
 	}
@@ -184,6 +208,7 @@ func TestProxyRejectsBadFaults(t *testing.T) {
 	p := newProxy(t, "http://127.0.0.1:1")
 	for name, f := range map[string]opencodetest.Fault{
 		"two actions":   {Pattern: "/x", Status: 500, Reset: true},
+		"late and drop": {Pattern: "/x", Late: true, DropResponse: true},
 		"bad status":    {Pattern: "/x", Status: 1000},
 		"negative":      {Pattern: "/x", Times: -1},
 		"empty pattern": {},
