@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -168,6 +169,9 @@ func TestLaunchRefusedWhileServeIsCutFromTheDatabase(t *testing.T) {
 		text := h0.State.Output + h0.State.Error
 		if launched(h0) || !strings.Contains(text, "not started") {
 			t.Fatalf("cut %d: h0_task answered %s %q; want an error saying the task was not started", round, h0.State.Status, text)
+		}
+		if u, _ := url.Parse(db); strings.Contains(text, proxy.Addr()) || strings.Contains(text, u.Path[1:]) || strings.Contains(text, u.User.Username()) {
+			t.Errorf("cut %d: h0_task's answer shows the model the database (%s at %s): %s", round, u.Redacted(), proxy.Addr(), text)
 		}
 		t.Logf("cut %d: h0_task answered the model (%s): %s", round, h0.State.Status, text)
 		if !launched(h1) {
