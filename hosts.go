@@ -36,6 +36,11 @@ type hosts interface {
 	// launched returns the summary, as last read, of a task of parent that another host
 	// holds and that was launched with the idempotency key key; under Manager.mu.
 	launched(parent, key string) (Task, bool)
+	// tree reads from the store, now rather than as last read, where session s (whose
+	// parent session is parent, "" for none) stands in the task tree: the task it is, when
+	// a host stored it as one, and whether it is the parent of stored tasks. Not under
+	// Manager.mu.
+	tree(ctx context.Context, s, parent string) (task Task, isTask, hasTasks bool, err error)
 }
 
 // newHosts returns the hosts part for m's store.
@@ -62,6 +67,9 @@ func (oneHost) pullAll(context.Context, Caller)      {}
 func (oneHost) remote(string) []Task                 { return nil }
 func (oneHost) other(string) (Task, bool)            { return Task{}, false }
 func (oneHost) launched(string, string) (Task, bool) { return Task{}, false }
+func (oneHost) tree(context.Context, string, string) (Task, bool, bool, error) {
+	return Task{}, false, false, nil
+}
 
 // leaseCtx bounds ctx by the leases on tasks ids, for a request that acts on them: it fails
 // with ErrLeaseLost when the Manager does not hold one of them (or is handing it over), and

@@ -468,9 +468,10 @@ type placement struct {
 // caller the Manager does not know (OpenCode's own subagent, say, or a session its native fork
 // started) is attributed through its parentID chain (GET /session/{id} for each step) to the
 // nearest session above it that is a task (the launch nests under it) or has tasks (it counts
-// there), on this host or another of its store, so that no session under a task or a parent
-// escapes its depth, cap or budget; with
-// none above it, it counts under itself. It returns an error matching ErrNestingDepth when the
+// there), on this host or another of its store (a session no host of the store is known
+// to have as a task or parent yet is looked up in it, HandoffStore.Tasks, so that a task
+// another host stored a moment ago counts), so that no session under a task or a parent
+// escapes its depth, cap or budget; with none above it, it counts under itself. It returns an error matching ErrNestingDepth when the
 // task would nest deeper than WithNestingDepth allows.
 func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placement, error) {
 	at := placement{anchor: caller.ID, depth: 1}
@@ -479,6 +480,12 @@ func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placemen
 		e, has := m.tasks.byID[s.ID], m.tasks.reg.Known(s.ID)
 		o, other := m.hosts.other(s.ID) // a task another host holds
 		m.mu.Unlock()
+		if e == nil && !other && !has { // stored by another host since its changes were read?
+			var err error
+			if o, other, has, err = m.hosts.tree(ctx, s.ID, s.ParentID); err != nil {
+				return placement{}, fmt.Errorf("asyncagents: read the stored tasks around session %s: %w", s.ID, err)
+			}
+		}
 		if e != nil || other {
 			if e != nil {
 				o = e.task

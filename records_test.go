@@ -23,9 +23,13 @@ import (
 // even when its session is a real task's.
 func TestForgedRowsAreNotActedOn(t *testing.T) {
 	t.Parallel() // a PostgreSQL server of its own
+	forgedRowsAreNotActedOn(t, asyncagentstest.NewFakeClient(t))
+}
+
+// forgedRowsAreNotActedOn is TestForgedRowsAreNotActedOn on the OpenCode server f.
+func forgedRowsAreNotActedOn(t *testing.T, f opencode.Client) {
 	srv := pgstoretest.Start(t)
 	url := srv.NewDatabase(t)
-	f := asyncagentstest.NewFakeClient(t)
 	user := asyncagentstest.NewParent(t, f)  // the user's own session
 	third := asyncagentstest.NewParent(t, f) // a session that should hear nothing
 	parent := asyncagentstest.NewParent(t, f)

@@ -55,6 +55,25 @@ func (h *sharedHosts) launched(parent, key string) (Task, bool) {
 	return Task{}, false
 }
 
+func (h *sharedHosts) tree(ctx context.Context, s, parent string) (task Task, isTask, hasTasks bool, err error) {
+	if h.hs == nil {
+		return Task{}, false, false, nil
+	}
+	if parent != "" {
+		siblings, err := h.hs.Tasks(ctx, parent)
+		if err != nil {
+			return Task{}, false, false, err
+		}
+		for _, t := range siblings {
+			if t.ID == s {
+				return t, true, false, nil
+			}
+		}
+	}
+	children, err := h.hs.Tasks(ctx, s)
+	return Task{}, false, len(children) > 0, err
+}
+
 // heldUntil returns until when the Manager may act on task id, and false when it holds no
 // lease on it.
 func (h *sharedHosts) heldUntil(id string) (time.Time, bool) {
