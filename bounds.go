@@ -34,28 +34,43 @@ const (
 const maxAgentName = 100
 
 // boundResult cuts a run's reply to MaxResultChars.
-func boundResult(s string) string {
-	out, _ := truncate.Cut(s, MaxResultChars, truncate.HeadTail)
+func boundResult(s string) string { return cutAround(s, MaxResultChars) }
+
+// boundError cuts an error message to MaxErrorChars.
+func boundError(s string) string { return cutAround(s, MaxErrorChars) }
+
+// cutAround cuts s to at most limit characters, the marker of the cut and its newlines
+// included: its head and tail around the marker (truncate.HeadTail).
+func cutAround(s string, limit int) string {
+	n := utf8.RuneCountInString(s)
+	if n <= limit {
+		return s
+	}
+	out, _ := truncate.Cut(s, limit-2-truncate.MarkerLen(n), truncate.HeadTail) // no more is cut than n
 	return out
 }
 
-// boundError cuts an error message to MaxErrorChars.
-func boundError(s string) string {
-	out, _ := truncate.Cut(s, MaxErrorChars, truncate.HeadTail)
-	return out
+// boundLabel cuts s to at most MaxPatternChars characters, its last one "…" when it was
+// cut (a later quote, hints.Quote, keeps it whole and so would not mark the cut).
+func boundLabel(s string) string {
+	if _, cut := truncate.Prefix(s, MaxPatternChars); !cut {
+		return s
+	}
+	p, _ := truncate.Prefix(s, MaxPatternChars-1)
+	return p + "…"
 }
 
 // boundPermission cuts a permission request as a task keeps it: at most
 // MaxPermissionPatterns patterns of at most MaxPatternChars characters, and its permission
 // name to MaxPatternChars.
 func boundPermission(p PendingPermission) PendingPermission {
-	p.Permission, _ = truncate.Prefix(p.Permission, MaxPatternChars)
+	p.Permission = boundLabel(p.Permission)
 	if len(p.Patterns) > MaxPermissionPatterns {
 		p.Patterns = p.Patterns[:MaxPermissionPatterns:MaxPermissionPatterns]
 	}
 	out := make([]string, len(p.Patterns))
 	for i, pat := range p.Patterns {
-		out[i], _ = truncate.Prefix(pat, MaxPatternChars)
+		out[i] = boundLabel(pat)
 	}
 	p.Patterns = out
 	return p

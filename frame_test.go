@@ -177,7 +177,8 @@ func TestOutputPagesResult(t *testing.T) {
 		}
 		offset, _ = strconv.Atoi(p[2])
 	}
-	if whole := strings.Join(parts, ""); whole != done.Result || len(parts) != 6 {
+	pages := (utf8.RuneCountInString(done.Result) + asyncagents.ResultPageChars - 1) / asyncagents.ResultPageChars
+	if whole := strings.Join(parts, ""); whole != done.Result || len(parts) != pages || pages != asyncagents.MaxResultChars/asyncagents.ResultPageChars {
 		t.Errorf("%d parts of %d characters make up the result of %d", len(parts), utf8.RuneCountInString(whole), utf8.RuneCountInString(done.Result))
 	}
 	short := asyncagentstest.Launch(t, m, caller, "held")
