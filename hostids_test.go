@@ -10,7 +10,6 @@ import (
 	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
-	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
 // Task ids are unique per parent across every host of a store, and every host resolves an id
@@ -19,7 +18,7 @@ import (
 // other's tasks, the display ids both hosts show are all different, and a display id shown by
 // one host names, on the other, the same task (taken over from its holder).
 func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
@@ -83,7 +82,7 @@ func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
 // task per parent on both hosts, a parent with a task running on one host cannot start one on
 // the other; with a tree budget, what a parent's cleared tasks used still counts on every host.
 func TestLimitsHoldAcrossHosts(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	open := sharedDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	capped := []asyncagents.Option{asyncagents.WithMaxActivePerParent(1), asyncagents.WithNotifications(false)}
@@ -127,7 +126,7 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 // ends.
 func sharedDatabase(t *testing.T) func() *pgstore.Store {
 	t.Helper()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := sharedPG.Get(t).NewDatabase(t)
 	return func() *pgstore.Store {
 		s, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease})
 		if err != nil {

@@ -128,10 +128,10 @@ func parseModel(s string) (*opencode.Model, error) {
 // from the session whether the prompt arrived (see the package documentation). A failure
 // the server answers with, after the child session exists, leaves the task recorded in
 // [StatusError] with the reason, and Launch returns that task with the error (its ID is set);
-// the parent is notified as for any failed task. A task the [Store] cannot record (its Save
-// fails: a database out of reach, say) is not started: its session is deleted, and the
-// error's text says so without the store's own words, which it wraps ([errors.Unwrap]) and
-// the Manager logs. Errors of the server are returned wrapped (see package opencode).
+// the parent is notified as for any failed task. A task the [Store] cannot record (its Save,
+// or its read of other hosts' tasks, fails: a database out of reach, say) is not started:
+// its session is deleted, and the error's text says so without the store's own words, which
+// it wraps ([errors.Unwrap]) and the Manager logs. Errors of the server are returned wrapped (see package opencode).
 func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err := in.check(); err != nil {
 		return Task{}, err
@@ -397,21 +397,24 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 			return e, false, err
 		}
 		m.cfg.logger.Error("asyncagents: a launched task could not be recorded; it was not started", "task", sess.ID, "err", err)
-		return e, false, unrecordedError{err}
+		return e, false, storeError{"the task could not be recorded", err}
 	}
 	return e, start, nil
 }
 
-// unrecordedError is a launch's failure to record its task: its text, which a model reads,
-// says what happened without the store's own words (a database's address, user and name);
-// the store's error is its cause, and the Manager logs it.
-type unrecordedError struct{ cause error }
-
-func (unrecordedError) Error() string {
-	return "asyncagents: the task could not be recorded (its store failed), so it was not started; try again later"
+// storeError is a launch's failure to read or write the store: its text, which a model
+// reads, says what could not be done without the store's own words (a database's address,
+// user and name); the store's error is its cause, and the Manager logs it.
+type storeError struct {
+	what  string
+	cause error
 }
 
-func (e unrecordedError) Unwrap() error { return e.cause }
+func (e storeError) Error() string {
+	return "asyncagents: " + e.what + " (the task store failed), so the task was not started; try again later"
+}
+
+func (e storeError) Unwrap() error { return e.cause }
 
 // deleteSession deletes a task session that nothing runs in (DELETE /session/{id}) within
 // b's request timeout; a failure is logged.
@@ -483,7 +486,8 @@ func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placemen
 		if e == nil && !other && !has { // stored by another host since its changes were read?
 			var err error
 			if o, other, has, err = m.hosts.tree(ctx, s.ID, s.ParentID); err != nil {
-				return placement{}, fmt.Errorf("asyncagents: read the stored tasks around session %s: %w", s.ID, err)
+				m.cfg.logger.Error("asyncagents: a launch could not read the stored tasks; it was not started", "session", s.ID, "err", err)
+				return placement{}, storeError{"the stored tasks could not be read", err}
 			}
 		}
 		if e != nil || other {

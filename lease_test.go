@@ -40,7 +40,7 @@ func openPG(t *testing.T, url string) *pgstore.Store {
 // tests here.
 func pgCase(t *testing.T) (*pgstoretest.Server, string, *opencodetest.FakeClient, asyncagents.Caller) {
 	t.Helper()
-	srv := pgstoretest.Start(t)
+	srv := sharedPG.Get(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	return srv, srv.NewDatabase(t), f, asyncagentstest.NewParent(t, f)
 }
@@ -67,7 +67,7 @@ func waitCompleted(t *testing.T, m *asyncagents.Manager, ids []string) {
 // claimed by another Manager on the same database, which finds them ended on the server and
 // notifies the parent, once per task.
 func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	a, err := asyncagents.New(f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	if err != nil {
@@ -93,8 +93,8 @@ func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
 // expire: while it is cut off its tasks end, another Manager claims them and notifies, and
 // when the database is back the first drops them; every task is notified once.
 func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
-	srv := pgstoretest.Start(t)
+	t.Parallel() // a database of its own
+	srv := sharedPG.Get(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
@@ -138,8 +138,11 @@ func viaProxy(url string, srv *pgstoretest.Server, proxy *pgstoretest.Proxy) str
 // notification whose id it cannot store, and once the database is back every task is
 // stored completed and notified once.
 func TestDatabaseRestartLosesNothing(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
-	srv, url, f, caller := pgCase(t)
+	t.Parallel() // a PostgreSQL server of its own, which it stops and starts
+	srv := pgstoretest.Start(t)
+	url := srv.NewDatabase(t)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	caller := asyncagentstest.NewParent(t, f)
 	store := openPG(t, url)
 	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
@@ -176,7 +179,7 @@ func TestDatabaseRestartLosesNothing(t *testing.T) {
 // in launch order whatever Manager launched them. Sampled every 5 ms, at most 2 tasks of the
 // two Managers run at once (busy sessions of the server).
 func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 2})
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), limits, asyncagents.WithPollInterval(200*time.Millisecond))
@@ -238,7 +241,7 @@ func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 // on B take A's tasks over (A stops acting on them and yields their leases); Clear on A
 // brings back and removes the caller's tasks that B holds. Each run end is notified once.
 func TestEveryOperationWorksFromAnyHost(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
@@ -299,8 +302,8 @@ func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 // by a Manager of its own server. A's tasks (server one) outlive A; B (server two) never
 // claims them, and A2, a new Manager of server one, finishes and notifies them.
 func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
-	srv := pgstoretest.Start(t)
+	t.Parallel() // a database of its own
+	srv := sharedPG.Get(t)
 	url := srv.NewDatabase(t)
 	one, two := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns()), asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	open := func(server string) *pgstore.Store {
@@ -351,7 +354,7 @@ func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 // H-2: tasks launched while the lease loop renews are kept by the Manager that launched
 // them (a Renew finds lost only what was held before it started), and each is notified once.
 func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Lease: leaseTestLease}) // renewals every second
 	if err != nil {
@@ -388,7 +391,7 @@ func (failingRelease) Release(context.Context, ...string) error {
 // Release failed, then it closed; a SIGKILL does the same) leaks no slot: the save of the
 // end gave it back.
 func TestSlotFreedWhenHostStops(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	limits := asyncagents.WithConcurrency(asyncagents.Limits{Default: 1})
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
@@ -413,7 +416,7 @@ func TestSlotFreedWhenHostStops(t *testing.T) {
 // H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
 // cleared, each change marked Remote; its own are not.
 func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
@@ -473,7 +476,7 @@ func (c *messageLookups) Message(ctx context.Context, session, id string) (*open
 // holder claims shows the notification delivered: the new holder does not look it up or post
 // it again, and the parent gets one.
 func TestHandoverDuringDeliveryNotifiesOnce(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -526,7 +529,7 @@ func (s *holdingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // posted by its new holder under the message id recorded for both (its parts join the
 // first's message), and the parent gets each once.
 func TestHandoverOfAMergedNotificationNotifiesOnce(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	store := &holdingSaves{Store: openPG(t, url), held: make(chan string, 2), hold: map[string]chan struct{}{}}
@@ -628,7 +631,7 @@ func outputMeanwhile(t *testing.T, b *asyncagents.Manager, caller asyncagents.Ca
 // the handover waiting) returns ErrLeaseLost and changes nothing; once the other host has the
 // task, a Resume there runs the follow-up, with one notification per run end.
 func TestResumeDuringHandoverChangesNothing(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
@@ -676,7 +679,7 @@ func (s *failingSaves) Save(ctx context.Context, t asyncagents.Task) error {
 // asking host's Output returns the task, which then runs its follow-up, and each run ends
 // with one notification.
 func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -710,7 +713,7 @@ func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 // holder sends it. (A hook holds the holder's delivery of the first run's notification, so
 // the handover waits while the second run ends.) Every run completes and is notified once.
 func TestFollowUpKeptDuringHandover(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply),
 		asyncagents.WithPollInterval(200 * time.Millisecond)}
@@ -763,7 +766,7 @@ func TestFollowUpKeptDuringHandover(t *testing.T) {
 // then twice as long after each), not at every look, each a failing save; and it hands the
 // task over once it can save.
 func TestHandoverRetriesBackOff(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	_, url, f, caller := pgCase(t)
 	store := &failingSaves{Store: openPG(t, url)}
 	opt := asyncagents.WithFollowUpQueue(1)

@@ -10,12 +10,11 @@ import (
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode"
-	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
 // Several hosts on one real OpenCode server and one real PostgreSQL (issue 35, cases 3, 5 and
-// 6): the Managers of these tests share the package's server and each test has a database
-// server of its own.
+// 6): the Managers of these tests share the package's OpenCode server and PostgreSQL server,
+// each test with a database of its own.
 
 // A deepest-level task of one host cannot launch through another host's tools (issue 35,
 // case 3: "A deepest-level task of host A launched through host B's tools (its deny rule
@@ -25,9 +24,9 @@ import (
 // right after A launched it, before B has read A's changes (B looks the unknown session up
 // in the store).
 func TestRealServerDeepestTaskCannotLaunchThroughAnotherHost(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	c := shared.Get(t).Client()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := sharedPG.Get(t).NewDatabase(t)
 	ctx := ctxT(t, 60*time.Second)
 	a := asyncagentstest.NewManager(t, c, asyncagents.WithStore(openPG(t, url)), asyncagents.WithToolPrefix("ha"), asyncagents.WithNotifications(false))
 	b := asyncagentstest.NewManager(t, c, asyncagents.WithStore(openPG(t, url)), asyncagents.WithToolPrefix("hb"), asyncagents.WithNotifications(false))
@@ -83,9 +82,9 @@ func lastRuleDenies(rules []opencode.PermissionRule, tool string) bool {
 // other host runs its next; with a tree budget on both, what a parent's task used, cleared on
 // one host, still counts on the other.
 func TestRealServerLimitsHoldAcrossHosts(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	c := shared.Get(t).Client()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := sharedPG.Get(t).NewDatabase(t)
 	ctx := ctxT(t, 60*time.Second)
 	capped := []asyncagents.Option{asyncagents.WithMaxActivePerParent(1), asyncagents.WithNotifications(false), fastPoll}
 	a := asyncagentstest.NewManager(t, c, append(capped, asyncagents.WithStore(openPG(t, url)))...)
@@ -127,7 +126,7 @@ func TestRealServerLimitsHoldAcrossHosts(t *testing.T) {
 // notification and a turn prompt into a third session"), on the real server: the body of
 // TestForgedRowsAreNotActedOn.
 func TestRealServerForgedRowsAreNotActedOn(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	forgedRowsAreNotActedOn(t, shared.Get(t).Client())
 }
 
@@ -136,9 +135,9 @@ func TestRealServerForgedRowsAreNotActedOn(t *testing.T) {
 // a task's), on the real server: a task whose host closed while it ran is claimed by the next
 // host, which reads its end from the server.
 func TestRealServerSealedRowsAreTakenIn(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	c := shared.Get(t).Client()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := sharedPG.Get(t).NewDatabase(t)
 	key := asyncagents.WithRecordKey([]byte(strings.Repeat("k", 32)))
 	first := openPG(t, url)
 	a, err := asyncagents.New(c, asyncagents.WithStore(first), key, asyncagents.WithNotifications(false))
@@ -164,9 +163,9 @@ func TestRealServerSealedRowsAreTakenIn(t *testing.T) {
 // launched, ended and cleared, each change marked Remote and without the task's prompt or
 // result; the host's own tasks are not marked Remote.
 func TestRealServerChangeFeedShowsOtherHostsTasks(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	c := shared.Get(t).Client()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := sharedPG.Get(t).NewDatabase(t)
 	a := asyncagentstest.NewManager(t, c, asyncagents.WithStore(openPG(t, url)), asyncagents.WithNotifications(false), fastPoll)
 	b := asyncagentstest.NewManager(t, c, asyncagents.WithStore(openPG(t, url)), asyncagents.WithNotifications(false), fastPoll)
 	parent := asyncagentstest.NewParent(t, c)

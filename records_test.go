@@ -12,7 +12,6 @@ import (
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
-	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
 // The database is untrusted input (issue 35, case 5), on PostgreSQL: rows that another
@@ -22,13 +21,13 @@ import (
 // session, no message the third. With a record key, a row without the key's seal is refused
 // even when its session is a real task's.
 func TestForgedRowsAreNotActedOn(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
+	t.Parallel() // a database of its own
 	forgedRowsAreNotActedOn(t, asyncagentstest.NewFakeClient(t))
 }
 
 // forgedRowsAreNotActedOn is TestForgedRowsAreNotActedOn on the OpenCode server f.
 func forgedRowsAreNotActedOn(t *testing.T, f opencode.Client) {
-	srv := pgstoretest.Start(t)
+	srv := sharedPG.Get(t)
 	url := srv.NewDatabase(t)
 	user := asyncagentstest.NewParent(t, f)  // the user's own session
 	third := asyncagentstest.NewParent(t, f) // a session that should hear nothing
@@ -81,8 +80,8 @@ func forgedRowsAreNotActedOn(t *testing.T, f opencode.Client) {
 // A row of the Manager's own, sealed with the record key, is taken in by the next Manager
 // with the key.
 func TestSealedRowsAreTakenIn(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
-	srv := pgstoretest.Start(t)
+	t.Parallel() // a database of its own
+	srv := sharedPG.Get(t)
 	url := srv.NewDatabase(t)
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	key := []byte(strings.Repeat("k", 32))

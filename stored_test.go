@@ -11,15 +11,14 @@ import (
 	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
-	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
 // A launch is acknowledged only once its task is stored (issue 35, case 11): a host cut from
 // its PostgreSQL refuses the launch with a text the model reads, keeps no task and leaves no
 // task session behind; once the database is back, a launch goes through.
 func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
-	t.Parallel() // a PostgreSQL server of its own
-	srv := pgstoretest.Start(t)
+	t.Parallel() // a database of its own
+	srv := sharedPG.Get(t)
 	db := srv.NewDatabase(t)
 	proxy := srv.NewProxy(t)
 	u, _ := url.Parse(db)

@@ -18,11 +18,16 @@ import (
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 )
 
 var shared opencodetest.Shared
 
-func TestMain(m *testing.M) { testmain.Run(m, shared.Close) }
+// sharedPG is the PostgreSQL server of the tests that need a database of their own and
+// leave the server running.
+var sharedPG pgstoretest.Shared
+
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close, sharedPG.Close) }
 
 func tools(m *asyncagents.Manager) map[string]asyncagents.Tool {
 	out := map[string]asyncagents.Tool{}

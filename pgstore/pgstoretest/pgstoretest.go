@@ -1,7 +1,8 @@
 // Package pgstoretest starts throwaway PostgreSQL servers for tests: [Start] runs initdb and
 // postgres from the machine's PostgreSQL installation in a new temporary directory, on a
 // loopback TCP port with a random password, and stops the server by its process id when the
-// test ends. [Server.NewDatabase] gives each test a database of its own on one server.
+// test ends. [Server.NewDatabase] gives each test a database of its own on one server, such
+// as the one a package's tests share ([Shared]).
 //
 // The binaries are found in $PG_BIN, else in the newest /usr/lib/postgresql/N/bin (Debian's
 // layout), else on $PATH. Without them Start skips the test with a message saying how to
@@ -61,6 +62,38 @@ func Start(tb testing.TB) *Server {
 	}
 	tb.Cleanup(s.Close)
 	return s
+}
+
+// Shared is one server shared by the tests of a package, started on first use; each test
+// takes a database of its own ([Server.NewDatabase]) and leaves the server running (a test
+// that stops or kills its server needs one of its own, from [Start]). The zero value is
+// ready. Close it from TestMain after m.Run.
+type Shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Get returns the shared server, starting it on the first call. It skips or fails tb as
+// Start does when the server cannot be started.
+func (sh *Shared) Get(tb testing.TB) *Server {
+	tb.Helper()
+	sh.once.Do(func() { sh.srv, sh.err = start() })
+	if errors.Is(sh.err, ErrNoBinary) && os.Getenv("CI") != "true" {
+		tb.Skip(sh.err)
+	}
+	if sh.err != nil {
+		tb.Fatal(sh.err)
+	}
+	return sh.srv
+}
+
+// Close stops the shared server, if it was started, and removes its directory.
+func (sh *Shared) Close() {
+	sh.once.Do(func() {}) // a Get after Close starts nothing
+	if sh.srv != nil {
+		sh.srv.Close()
+	}
 }
 
 func start() (*Server, error) {
