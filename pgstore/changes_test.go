@@ -18,7 +18,6 @@ import (
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/pgstore"
-	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 	"github.com/asyncagents/asyncagents/storetest"
 )
 
@@ -56,7 +55,7 @@ func changeIDs(cs []asyncagents.Change) []string {
 // which the reader has read; after is the number to read after.
 func readCase(t *testing.T) (url string, a, reader *pgstore.Store, after uint64) {
 	t.Helper()
-	url = pgstoretest.Start(t).NewDatabase(t)
+	url = pg.Get(t).NewDatabase(t)
 	a, reader = open(t, url, 10*time.Second), open(t, url, 10*time.Second)
 	for _, id := range []string{"ses_1", "ses_2"} {
 		if err := a.Save(t.Context(), task(id)); err != nil {
@@ -151,7 +150,7 @@ func TestChangesLagged(t *testing.T) {
 // WaitChanges returns when another store changes a task, not when its own store does, and
 // Close ends it.
 func TestWaitChanges(t *testing.T) {
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := pg.Get(t).NewDatabase(t)
 	ctx := t.Context()
 	a := open(t, url, 10*time.Second)
 	b, err := pgstore.Open(ctx, url, pgstore.Options{Lease: 10 * time.Second})
@@ -227,7 +226,7 @@ func TestWaitChanges(t *testing.T) {
 // A database of schema 4, with a task saved by a program of that version, is migrated: the
 // task is numbered and summarized, and counts for the limits.
 func TestMigrationNumbersTasks(t *testing.T) {
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := pg.Get(t).NewDatabase(t)
 	ctx := t.Context()
 	if err := pgstore.MigrateTo(ctx, url, 4); err != nil {
 		t.Fatal(err)
@@ -257,7 +256,7 @@ func TestMigrationNumbersTasks(t *testing.T) {
 // there (issue 35: a serve paused past its lease re-inserted and granted a slot for a task
 // another serve had run and finished, and nothing ever deleted it).
 func TestStaleSlotsDoNotCount(t *testing.T) {
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := pg.Get(t).NewDatabase(t)
 	ctx := t.Context()
 	a := open(t, url, 10*time.Second)
 	queued, ended := task("ses_queued"), task("ses_ended")
@@ -288,7 +287,7 @@ const (
 // costStores returns a store holding costTasks tasks of costSize bytes, each with a prompt
 // and a result of half that, and another store.
 func costStores(tb testing.TB) (writer, reader *pgstore.Store) {
-	url := pgstoretest.Start(tb).NewDatabase(tb)
+	url := pg.Get(tb).NewDatabase(tb)
 	ctx := tb.Context()
 	for _, s := range []**pgstore.Store{&writer, &reader} {
 		var err error

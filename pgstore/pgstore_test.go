@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/pgstore"
 	"github.com/asyncagents/asyncagents/pgstore/pgstoretest"
 	"github.com/asyncagents/asyncagents/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// pg is the PostgreSQL server the tests share, each with a database of its own.
+var pg pgstoretest.Shared
+
+func TestMain(m *testing.M) { testmain.Run(m, pg.Close) }
 
 // holds reports whether s holds id's lease now.
 func holds(s *pgstore.Store, id string) bool { return time.Now().Before(s.Held(id)) }
@@ -35,7 +37,7 @@ func open(t *testing.T, url string, lease time.Duration) *pgstore.Store {
 
 // TestConformance runs storetest on the store (T-19): a key is a database.
 func TestConformance(t *testing.T) {
-	srv := pgstoretest.Start(t)
+	srv := pg.Get(t)
 	dbs := map[string]string{}
 	storetest.Run(t, func(t *testing.T, key string) asyncagents.Store {
 		if dbs[key] == "" {
@@ -53,7 +55,7 @@ func TestConformance(t *testing.T) {
 // stores with leases of 1 s (H-2, H-4, H-5): a key is a database, which every store of the
 // check opens.
 func TestLeaseConformance(t *testing.T) {
-	srv := pgstoretest.Start(t)
+	srv := pg.Get(t)
 	dbs := map[string]string{}
 	storetest.RunLeaseStore(t, func(t *testing.T, key, server string) asyncagents.LeaseStore {
 		if dbs[key] == "" {
@@ -72,10 +74,10 @@ func task(id string) asyncagents.Task {
 		Started: time.Now().UTC().Truncate(time.Millisecond)}
 }
 
-// twoStores opens two stores with a lease of 1 s on a new database of a server of its own.
+// twoStores opens two stores with a lease of 1 s on a new database of the shared server.
 func twoStores(t *testing.T) (a, b *pgstore.Store) {
 	t.Helper()
-	url := pgstoretest.Start(t).NewDatabase(t)
+	url := pg.Get(t).NewDatabase(t)
 	return open(t, url, time.Second), open(t, url, time.Second)
 }
 
@@ -153,7 +155,7 @@ func TestRenewReportsLost(t *testing.T) {
 
 // TestSchemaNewer: a database migrated by a newer program is refused.
 func TestSchemaNewer(t *testing.T) {
-	srv := pgstoretest.Start(t)
+	srv := pg.Get(t)
 	url := srv.NewDatabase(t)
 	open(t, url, 0)
 	ctx := context.Background()
@@ -168,7 +170,7 @@ func TestSchemaNewer(t *testing.T) {
 
 // TestRenewRacesSave: a task saved while a Renew runs is held, not reported lost by it.
 func TestRenewRacesSave(t *testing.T) {
-	srv := pgstoretest.Start(t)
+	srv := pg.Get(t)
 	url := srv.NewDatabase(t)
 	ctx := t.Context()
 	a := open(t, url, 10*time.Second)
@@ -203,7 +205,7 @@ func TestRenewRacesSave(t *testing.T) {
 // back, even when the Manager never gets to Release it (H-4). The grants themselves are
 // storetest's to check.
 func TestSlotFreedWithoutRelease(t *testing.T) {
-	srv := pgstoretest.Start(t)
+	srv := pg.Get(t)
 	for _, tc := range []struct {
 		name string
 		free func(ctx context.Context, s *pgstore.Store) error
