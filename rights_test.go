@@ -1,6 +1,7 @@
 package asyncagents_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -46,30 +47,39 @@ func TestPlanModeCannotLaunchMoreThanItMay(t *testing.T) {
 }
 
 // A caller session's deny rules reach its tasks (issue 35, case 1), on the real server: a
-// task of a session whose rules deny bash cannot run bash, and its session has the rule.
+// task of a session whose rules deny bash cannot run bash, and its session has the rule; so
+// does a native fork of the session (OpenCode's copy, which gets the rules afterwards).
 func TestSessionDenyRulesReachTasks(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	m := asyncagentstest.NewManager(t, c, asyncagents.WithNotifications(false))
-	ctx := ctxT(t, 90*time.Second)
-	sess, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "no bash",
-		Permission: []opencode.PermissionRule{{Permission: "bash", Pattern: "*", Action: "deny"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := asyncagents.Caller{SessionID: sess.ID, Agent: "build"}
-	marker := "rights-marker-" + strings.TrimPrefix(sess.ID, "ses_")
-	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: parent, Description: "try bash", Agent: "general", Prompt: "RUN:touch " + marker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := asyncagentstest.Await(t, m, parent, task.ID)
-	if _, err := os.Stat(filepath.Join(sess.Directory, marker)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the task ran bash its caller may not (%s: %v); it ended %s %q %q", marker, err, done.Status, done.Result, done.Error)
-	}
-	child, err := c.GetSession(ctx, task.ID)
-	if err != nil || !denies(child.Permission, "bash") {
-		t.Errorf("the task's session rules %+v (%v) do not deny bash", child.Permission, err)
+	for _, mode := range []asyncagents.ForkMode{"", asyncagents.ForkNative} {
+		t.Run(cmp.Or(string(mode), "fresh"), func(t *testing.T) {
+			ctx := ctxT(t, 90*time.Second)
+			sess, err := c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "no bash",
+				Permission: []opencode.PermissionRule{{Permission: "bash", Pattern: "*", Action: "deny"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent := asyncagents.Caller{SessionID: sess.ID, Agent: "build"}
+			marker := "rights-marker-" + strings.TrimPrefix(sess.ID, "ses_")
+			task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: parent, Description: "try bash", Agent: "general",
+				Prompt: "RUN:touch " + marker, Fork: mode != "", ForkMode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if task.ForkMode != mode {
+				t.Fatalf("launched with fork mode %q, want %q", task.ForkMode, mode)
+			}
+			done := asyncagentstest.Await(t, m, parent, task.ID)
+			if _, err := os.Stat(filepath.Join(sess.Directory, marker)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the task ran bash its caller may not (%s: %v); it ended %s %q %q", marker, err, done.Status, done.Result, done.Error)
+			}
+			child, err := c.GetSession(ctx, task.ID)
+			if err != nil || !denies(child.Permission, "bash") {
+				t.Errorf("the task's session rules %+v (%v) do not deny bash", child.Permission, err)
+			}
+		})
 	}
 }
 
