@@ -13,6 +13,7 @@
 package leanserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -301,7 +302,7 @@ func (s *Server) Prompt(_ context.Context, id string, req opencode.PromptRequest
 	if !req.NoReply {
 		return nil, errors.New("leanserver: only Prompt with NoReply")
 	}
-	u := s.userMessage(ss, req)
+	u, _ := s.userMessage(ss, req)
 	return &u, nil
 }
 
@@ -315,8 +316,8 @@ func (s *Server) PromptAsync(_ context.Context, id string, req opencode.PromptRe
 		return err
 	}
 	defer ss.mu.Unlock()
-	u := s.userMessage(ss, req)
-	if ss.info.ParentID == "" || ss.run >= 0 {
+	u, added := s.userMessage(ss, req)
+	if !added || ss.info.ParentID == "" || ss.run >= 0 {
 		return nil
 	}
 	// The run starts: busy, an assistant message in progress.
@@ -339,25 +340,38 @@ func (s *Server) PromptAsync(_ context.Context, id string, req opencode.PromptRe
 	return nil
 }
 
-// userMessage stores a prompt's user message and emits its events. ss.mu is held.
-func (s *Server) userMessage(ss *session, req opencode.PromptRequest) opencode.Message {
+// userMessage stores a prompt's user message and emits its events, and reports whether it
+// added one: a prompt under the id of a message the session has adds its parts to that one
+// instead (a part under the id of one it has replaces it; parts are kept in id order), as
+// OpenCode does. ss.mu is held.
+func (s *Server) userMessage(ss *session, req opencode.PromptRequest) (opencode.Message, bool) {
 	id := req.MessageID
 	if id == "" {
 		id = s.id("msg", false)
 	}
 	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
-	u := opencode.Message{Info: opencode.MessageInfo{ID: id, SessionID: ss.info.ID, Role: opencode.RoleUser,
-		Time: opencode.MessageTime{Created: time.Now().UnixMilli()}, Agent: req.Agent}}
+	i := slices.IndexFunc(ss.msgs, func(m opencode.Message) bool { return m.Info.ID == id })
+	added := i < 0
+	if added {
+		ss.msgs = append(ss.msgs, opencode.Message{Info: opencode.MessageInfo{ID: id, SessionID: ss.info.ID, Role: opencode.RoleUser,
+			Time: opencode.MessageTime{Created: time.Now().UnixMilli()}, Agent: req.Agent}})
+		i = len(ss.msgs) - 1
+	}
+	u := &ss.msgs[i]
 	s.emit(opencode.EventMessageUpdated, messageProps(u.Info))
 	for _, p := range req.Parts {
-		part := opencode.Part{ID: s.id("prt", false), SessionID: ss.info.ID, MessageID: id, Type: opencode.PartText,
+		part := opencode.Part{ID: cmp.Or(p.ID, s.id("prt", false)), SessionID: ss.info.ID, MessageID: id, Type: opencode.PartText,
 			Text: p.Text, Synthetic: p.Synthetic}
-		u.Parts = append(u.Parts, part)
+		if j := slices.IndexFunc(u.Parts, func(q opencode.Part) bool { return q.ID == part.ID }); j >= 0 {
+			u.Parts[j] = part
+		} else {
+			u.Parts = append(u.Parts, part)
+		}
 		s.emit(opencode.EventMessagePartUpdate, partProps(part))
 	}
-	ss.msgs = append(ss.msgs, u)
+	slices.SortStableFunc(u.Parts, func(a, b opencode.Part) int { return strings.Compare(a.ID, b.ID) })
 	s.emit(opencode.EventSessionUpdated, sessionProps(ss))
-	return u
+	return *u, added
 }
 
 // End ends the run of session id with a one-step text reply ("Found 3 warnings in <id>."),

@@ -57,10 +57,7 @@ var notApplicable = map[string]string{
 
 // differences are the violations of the checks that apply that the lean server is known to
 // give, each with why the benchmarks do not need it otherwise.
-var differences = []struct{ check, violation, why string }{
-	{"message id", "after re-using the id", "a prompt re-using a message id adds a message, not parts to that one: " +
-		"the Manager re-sends a prompt only once Message found it missing"},
-}
+var differences = []struct{ check, violation, why string }{}
 
 // The checks of opencodetest.TestClient that apply pass, on the server and on the server
 // behind opencodetest.HTTPServer (as transport=http and transport=process use it); each one
