@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -353,18 +354,18 @@ func (m *Manager) attempt(ctx context.Context, parent string, post []pendingNote
 // messages: its id is chosen once, newer than the parent's newest message, and recorded
 // (record) before it is posted (post); when record fails (the store could not keep the id),
 // nothing is posted. prev is the id an earlier attempt recorded: found in the parent
-// (GET /session/{parent}/message/{prev}) with every part id in parts, it landed, and nothing
-// is posted (confirmed); otherwise it is posted again under prev, with the same part ids,
-// which OpenCode stores in place of the first post's should that one land after all (an
-// earlier attempt may have posted some of the message's notifications under prev: one that
-// was handed over went without the others). skip, when not nil, is given the parent's newest
-// message id and may end the attempt with nothing posted (skipped). It returns the id posted,
-// or prev.
+// (GET /session/{parent}/message/{prev}) with every part id in parts (or with none made from
+// prev: an older version's post), it landed, and nothing is posted (confirmed); otherwise it
+// is posted again under prev, with the same part ids, which OpenCode stores in place of the
+// first post's should that one land after all (an earlier attempt may have posted some of the
+// message's notifications under prev: one that was handed over went without the others).
+// skip, when not nil, is given the parent's newest message id and may end the attempt with
+// nothing posted (skipped). It returns the id posted, or prev.
 func (m *Manager) postOnce(ctx context.Context, parent, prev string, parts func(id string) []string, skip func(newest string) bool,
 	record func(id string) error, post func(id string) (confirmed bool, err error)) (id string, confirmed, skipped bool, err error) {
 	if prev != "" { // posted before: did it land?
 		msg, err := m.client.Message(ctx, parent, prev)
-		if err == nil && hasParts(msg, parts(prev)) {
+		if err == nil && landed(msg, prev, parts(prev)) {
 			return prev, true, false, nil // it landed; the answer was lost
 		}
 		if err != nil && !errors.Is(err, opencode.ErrNotFound) { // (NotFound for a parent that is gone too: the post says which)
@@ -399,8 +400,14 @@ func (m *Manager) postOnce(ctx context.Context, parent, prev string, parts func(
 	return id, confirmed, false, err
 }
 
-// hasParts reports whether msg has a part of each id of ids.
-func hasParts(msg *opencode.Message, ids []string) bool {
+// landed reports whether msg, the message posted as id, holds what a post with the part ids
+// ids would: a part of each id, or no part with an id made from id at all (posted before
+// parts had such ids, by an older version).
+func landed(msg *opencode.Message, id string, ids []string) bool {
+	ours := opencode.PartID(id, "")
+	if !slices.ContainsFunc(msg.Parts, func(p opencode.Part) bool { return strings.HasPrefix(p.ID, ours) }) {
+		return true
+	}
 	for _, id := range ids {
 		if !slices.ContainsFunc(msg.Parts, func(p opencode.Part) bool { return p.ID == id }) {
 			return false

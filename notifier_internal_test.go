@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/asyncagents/asyncagents/opencode"
 )
 
 // newTestNotifier returns a notifier of policy, for parents with no active task.
@@ -138,5 +140,41 @@ func TestGroupsBoundedInBytes(t *testing.T) {
 	g := n.groups("p", ob, 0, time.Now())
 	if len(g) != 1 || len(g[0]) != 3 {
 		t.Errorf("groups of ten 20,000-character notifications: %d messages, the first of %d; want one of 3", len(g), len(g[0]))
+	}
+}
+
+// A message found under a notification's id landed when it holds the parts a post would
+// (each notification's visible part, by its id), or no part with an id made from it (an
+// older version posted it before parts had such ids); one that holds only some of them (a
+// notification merged with it was posted without it) has not, and is posted again.
+func TestLandedMessages(t *testing.T) {
+	const id = "msg_21e3753df000w78fODBaR8WPFH"
+	x := &Notification{Key: "ses_x/0/completed", Created: time.Unix(1, 0)}
+	y := &Notification{Key: "ses_y/0/completed", Created: time.Unix(2, 0)}
+	xv, xh := notePartIDs(id, x)
+	yv, yh := notePartIDs(id, y)
+	message := func(ids ...string) *opencode.Message {
+		m := &opencode.Message{}
+		for _, p := range ids {
+			m.Parts = append(m.Parts, opencode.Part{ID: p})
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		msg  *opencode.Message
+		want bool
+	}{
+		{"both", message(xv, xh, yv, yh), true},
+		{"one of two", message(xv, xh), false},
+		{"an older version's post", message("prt_21e3753e0000tggE8TxMYSzi1h", "prt_21e3753e0001yOZD4BRJXZaRVJ"), true},
+		{"empty", message(), true},
+	} {
+		if got := landed(c.msg, id, []string{xv, yv}); got != c.want {
+			t.Errorf("%s: landed = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if xv >= xh || xh >= yv || !strings.HasPrefix(xv, "prt_21e3753df000w78fODBaR8WPFH") {
+		t.Errorf("part ids %s %s %s %s: want the message's, visible before hint, in the order of the run ends", xv, xh, yv, yh)
 	}
 }
