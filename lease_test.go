@@ -413,51 +413,6 @@ func TestSlotFreedWhenHostStops(t *testing.T) {
 	asyncagentstest.AwaitTask(t, b, y.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 }
 
-// H-5: a subscriber of one Manager sees the tasks another Manager holds: launched, ended,
-// cleared, each change marked Remote; its own are not.
-func TestChangeFeedShowsOtherHostsTasks(t *testing.T) {
-	t.Parallel() // a database of its own
-	_, url, f, caller := pgCase(t)
-	poll := asyncagents.WithPollInterval(200 * time.Millisecond)
-	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
-	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), poll)
-	before := asyncagentstest.Launch(t, a, caller, "before")
-	sub, tasks, err := b.Subscribe(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	if len(tasks) != 1 || tasks[0].ID != before.ID {
-		t.Fatalf("Subscribe on B lists %d tasks, want A's one", len(tasks))
-	}
-	next := func(what string, ok func(asyncagents.Change) bool) {
-		t.Helper()
-		timeout := time.After(10 * time.Second)
-		for {
-			select {
-			case c := <-sub.Changes():
-				if ok(c) {
-					return
-				}
-			case <-timeout:
-				t.Fatalf("B's subscriber did not see %s", what)
-			}
-		}
-	}
-	task := asyncagentstest.Launch(t, a, caller, "after")
-	next("A's new task, as another host's", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && !c.Removed && c.Remote })
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
-	next("A's task completed", func(c asyncagents.Change) bool {
-		return c.Task.ID == task.ID && c.Task.Status == asyncagents.StatusCompleted
-	})
-	if _, err := a.Clear(t.Context(), caller); err != nil {
-		t.Fatal(err)
-	}
-	next("A's task removed", func(c asyncagents.Change) bool { return c.Task.ID == task.ID && c.Removed })
-	own := asyncagentstest.Launch(t, b, caller, "B's own")
-	next("B's own task, as its own", func(c asyncagents.Change) bool { return c.Task.ID == own.ID && !c.Remote })
-}
-
 // messageLookups counts the Client's reads of one message (GET /session/{id}/message/{msg}),
 // which a Manager makes before it posts a notification an earlier attempt may have posted.
 type messageLookups struct {

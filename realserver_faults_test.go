@@ -408,29 +408,27 @@ func TestFaultLostNotificationResponse(t *testing.T) {
 // countReplies returns how many assistant messages the parent session has.
 func countReplies(t *testing.T, c opencode.Client, parent string) int {
 	t.Helper()
-	msgs, err := c.Messages(context.Background(), parent, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, msg := range msgs {
-		if msg.Info.Role == opencode.RoleAssistant {
-			n++
-		}
-	}
-	return n
+	return countMessages(t, c, parent, func(msg opencode.Message) bool { return msg.Info.Role == opencode.RoleAssistant })
 }
 
 // countTurnPrompts returns how many prompts asking for a turn the parent session has.
 func countTurnPrompts(t *testing.T, c opencode.Client, parent string) int {
 	t.Helper()
-	msgs, err := c.Messages(context.Background(), parent, 0)
+	return countMessages(t, c, parent, func(msg opencode.Message) bool {
+		return msg.Info.Role == opencode.RoleUser && len(msg.Parts) == 1 && strings.Contains(msg.Parts[0].Text, "reported since your last turn")
+	})
+}
+
+// countMessages returns how many messages of session id match.
+func countMessages(t *testing.T, c opencode.Client, id string, match func(opencode.Message) bool) int {
+	t.Helper()
+	msgs, err := c.Messages(context.Background(), id, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, msg := range msgs {
-		if msg.Info.Role == opencode.RoleUser && len(msg.Parts) == 1 && strings.Contains(msg.Parts[0].Text, "reported since your last turn") {
+		if match(msg) {
 			n++
 		}
 	}

@@ -161,7 +161,8 @@ func TestRealServerSealedRowsAreTakenIn(t *testing.T) {
 // reads and decodes the whole task table every second"; "a summary instead of prompts and
 // results"), on the real server: a subscriber of one host sees the tasks another host holds
 // launched, ended and cleared, each change marked Remote and without the task's prompt or
-// result; the host's own tasks are not marked Remote.
+// result; the host's own tasks are not marked Remote. (H-5: a subscriber of one Manager sees
+// the tasks another Manager holds.)
 func TestRealServerChangeFeedShowsOtherHostsTasks(t *testing.T) {
 	t.Parallel() // a database of its own
 	c := shared.Get(t).Client()
