@@ -2,6 +2,7 @@ package asyncagents_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -37,6 +38,12 @@ func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
 	text, err := asyncagents.Tools(m)[0].Handler(ctx, parent, []byte(`{"description":"cut","agent":"general","prompt":"RUN:echo hi"}`))
 	if err == nil || !strings.Contains(err.Error(), "not started") {
 		t.Fatalf("a launch while cut from the database: %q, %v; want it refused", text, err)
+	}
+	if msg := err.Error(); strings.Contains(msg, proxy.Addr()) || strings.Contains(msg, strings.TrimPrefix(u.Path, "/")) {
+		t.Errorf("the refusal shows the model the database: %s", msg)
+	}
+	if errors.Unwrap(err) == nil {
+		t.Errorf("the refusal %v does not wrap the store's error", err)
 	}
 	if list, _ := m.List(parent, ""); len(list) != 0 {
 		t.Errorf("the refused launch left %d tasks", len(list))
