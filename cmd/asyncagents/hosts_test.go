@@ -62,15 +62,16 @@ func startHost(t *testing.T, srv *opencodetest.Server, state, store, prefix stri
 }
 
 // launchServe starts the test binary as `asyncagents <args>`, in a process group of its own,
-// and waits until it prints "Ready."; the test fails when it does not within a minute. It is
-// stopped with SIGTERM when tb ends (SIGKILL to its group after 30 s), unless it was killed
-// before. name names it in the failure.
+// and waits until it prints "Ready."; the test fails when it does not within a minute. Its
+// temporary files go to a folder of tb's (TMPDIR), so that what a serve killed mid-work
+// leaves there is removed with it. It is stopped with SIGTERM when tb ends (SIGKILL to its
+// group after 30 s), unless it was killed before. name names it in the failure.
 func launchServe(tb testing.TB, name string, args []string) *host {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "ASYNCAGENTS_TEST_MAIN=1")
+	cmd.Env = append(os.Environ(), "ASYNCAGENTS_TEST_MAIN=1", "TMPDIR="+tb.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
