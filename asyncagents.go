@@ -1,10 +1,10 @@
 package asyncagents
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -286,17 +286,20 @@ func (m *Manager) begin() error {
 	return nil
 }
 
-// Get returns any task of the Manager, whatever its parent: id is the full task id or the id
-// without "ses_" (prefixes resolve only among a caller's tasks, in the caller's operations).
-// It returns [ErrTaskNotFound] for an unknown id and [ErrClosed] after Close.
+// Get returns any task of the Manager, whatever its parent: id is the full task id, the id
+// without its prefix, or the id of the task's session (prefixes resolve only among a
+// caller's tasks, in the caller's operations). It returns [ErrTaskNotFound] for an unknown id
+// and [ErrClosed] after Close.
 func (m *Manager) Get(id string) (Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.tasks.closed {
 		return Task{}, ErrClosed
 	}
-	if e, ok := m.tasks.byID[manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)]; ok {
-		return m.viewLocked(e), nil
+	for _, full := range manager.Candidates(id) {
+		if e := cmp.Or(m.tasks.byID[full], m.tasks.bySession[full]); e != nil {
+			return m.viewLocked(e), nil
+		}
 	}
 	return Task{}, fmt.Errorf("%w: %s", ErrTaskNotFound, echo(id))
 }

@@ -88,7 +88,7 @@ func (m *Manager) overBudgetLocked(parent string) error {
 			}
 			return fmt.Errorf("%w: %s used %s, the budget is %s; no more tasks can start", ErrBudget, who, used, m.cfg.treeBudget)
 		}
-		e := m.tasks.byID[s]
+		e := m.tasks.inSession(s)
 		if e == nil {
 			break
 		}

@@ -74,8 +74,8 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 		if !match(e.task.ParentSessionID) {
 			continue
 		}
-		if e.task.Status.Active() {
-			active = append(active, id)
+		if e.task.Status.Active() && e.task.SessionID != "" {
+			active = append(active, e.task.SessionID)
 		}
 		ids = append(ids, id)
 		removed = append(removed, e)
@@ -87,7 +87,7 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	var res ClearResult
 	for _, id := range active {
 		if err := m.client.Abort(ctx, id); err != nil {
-			m.cfg.logger.Warn("asyncagents: abort on clear", "task", id, "err", err)
+			m.cfg.logger.Warn("asyncagents: abort on clear", "session", id, "err", err)
 			continue
 		}
 		res.Aborted++

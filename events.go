@@ -8,7 +8,7 @@ import (
 
 // applyLocked applies an event of a task's run.
 func (m *Manager) applyLocked(ev runEvent) {
-	e := m.tasks.byID[ev.sid]
+	e := m.tasks.inSession(ev.sid)
 	if e == nil {
 		return
 	}
@@ -81,15 +81,15 @@ func (m *Manager) sessionDeleted(id string) {
 	var start []*entry
 	for _, tid := range slices.Clone(m.tasks.reg.Tasks(id)) {
 		e := m.tasks.byID[tid]
-		if e.task.Status.Active() {
-			abort = append(abort, tid)
+		if e.task.Status.Active() && e.task.SessionID != "" {
+			abort = append(abort, e.task.SessionID)
 		}
 		remove = append(remove, tid)
 		removed = append(removed, e)
 		start = append(start, m.removeLocked(e)...)
 	}
 	isolated := isolatedOf(removed)
-	own := m.tasks.byID[id]
+	own := m.tasks.inSession(id)
 	if own != nil && own.task.Status.Active() {
 		abort = append(abort, id) // OpenCode does not stop a deleted busy session
 	}
@@ -104,7 +104,7 @@ func (m *Manager) sessionDeleted(id string) {
 		err := m.client.Abort(ctx, t)
 		cancel()
 		if err != nil {
-			m.cfg.logger.Warn("asyncagents: abort task of deleted session", "task", t, "err", err)
+			m.cfg.logger.Warn("asyncagents: abort task of deleted session", "session", t, "err", err)
 		}
 	}
 	if len(remove) > 0 {

@@ -30,9 +30,9 @@ type hosts interface {
 	// remote returns the stored tasks of parent ("" for all) that other hosts hold, with
 	// their DisplayID set.
 	remote(parent string) []Task
-	// other returns the summary of task id when another host holds it, as last read; under
-	// Manager.mu.
-	other(id string) (Task, bool)
+	// other returns the summary of the task that runs in session id when another host holds
+	// it, as last read; under Manager.mu.
+	other(session string) (Task, bool)
 	// launched returns the summary, as last read, of a task of parent that another host
 	// holds and that was launched with the idempotency key key; under Manager.mu.
 	launched(parent, key string) (Task, bool)

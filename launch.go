@@ -347,7 +347,7 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		status = StatusQueued // until slots.take says it may start
 	}
 	e = &entry{done: make(chan struct{}), isolated: plan.worktree != nil, task: Task{
-		ID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
+		ID: sess.ID, SessionID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
 		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.hosts.server(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
 		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: plan.at.depth, AnchorSessionID: anchorOf(in.Caller.SessionID, plan.at.anchor),
@@ -480,7 +480,7 @@ func (m *Manager) place(ctx context.Context, caller *opencode.Session) (placemen
 	at := placement{anchor: caller.ID, depth: 1}
 	for s, hops := caller, 0; ; hops++ {
 		m.mu.Lock()
-		e, has := m.tasks.byID[s.ID], m.tasks.reg.Known(s.ID)
+		e, has := m.tasks.inSession(s.ID), m.tasks.reg.Known(s.ID)
 		o, other := m.hosts.other(s.ID) // a task another host holds
 		m.mu.Unlock()
 		if e == nil && !other && !has { // stored by another host since its changes were read?

@@ -272,7 +272,7 @@ func (ms *mirrors) start(e *entry) {
 	ms.drop(e)
 	e.run.mirror = &runLog{baseline: e.run.baseline}
 	ms.mu.Lock()
-	ms.logs[e.task.ID] = e.run.mirror
+	ms.logs[e.task.SessionID] = e.run.mirror
 	ms.mu.Unlock()
 	e.run.mirror.bind(ms.live.Load())
 }
@@ -281,8 +281,8 @@ func (ms *mirrors) start(e *entry) {
 func (ms *mirrors) drop(e *entry) {
 	if e.run.mirror != nil {
 		ms.mu.Lock()
-		if ms.logs[e.task.ID] == e.run.mirror {
-			delete(ms.logs, e.task.ID)
+		if ms.logs[e.task.SessionID] == e.run.mirror {
+			delete(ms.logs, e.task.SessionID)
 		}
 		ms.mu.Unlock()
 	}

@@ -91,10 +91,10 @@ func (m *Manager) Output(ctx context.Context, caller Caller, id string, opts Out
 	if err != nil {
 		return Output{}, err
 	}
-	tid := e.task.ID
+	tid, sid := e.task.ID, e.task.SessionID
 	if opts.FullSession && opts.SinceMessageID != "" {
 		m.mu.Unlock()
-		if err := checkSince(ctx, m.client, tid, opts.SinceMessageID); err != nil {
+		if err := checkSince(ctx, m.client, tid, sid, opts.SinceMessageID); err != nil {
 			return Output{}, err
 		}
 		m.mu.Lock()
@@ -200,10 +200,13 @@ func (m *Manager) markRetrieved(e *entry, t *Task) {
 	}
 }
 
-// checkSince makes sure session id has the message since (GET /session/{id}/message/{since})
-// before an Output waits or marks anything.
-func checkSince(ctx context.Context, client opencode.Client, id, since string) error {
-	_, err := client.Message(ctx, id, since)
+// checkSince makes sure task id's session sid has the message since
+// (GET /session/{sid}/message/{since}) before an Output waits or marks anything.
+func checkSince(ctx context.Context, client opencode.Client, id, sid, since string) error {
+	if sid == "" {
+		return fmt.Errorf("%w: since_message_id %s: task %s has no session yet", ErrInvalidInput, echo(since), id)
+	}
+	_, err := client.Message(ctx, sid, since)
 	if errors.Is(err, opencode.ErrNotFound) {
 		return fmt.Errorf("%w: since_message_id %s is not a message of task %s", ErrInvalidInput, echo(since), id)
 	}
@@ -240,9 +243,9 @@ func (m *Manager) output(ctx context.Context, out Output, opts OutputOptions) (O
 		}
 		out.Diff = &page
 	}
-	if opts.FullSession {
+	if opts.FullSession && out.Task.SessionID != "" { // none yet: a task still starting has no messages
 		var err error
-		out.Messages, out.MoreMessages, err = sessionMessages(ctx, m.client, out.Task.ID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
+		out.Messages, out.MoreMessages, err = sessionMessages(ctx, m.client, out.Task.SessionID, opts.SinceMessageID, cmp.Or(opts.MessageLimit, DefaultMessageLimit))
 		if err != nil {
 			return Output{}, err
 		}

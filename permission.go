@@ -49,7 +49,7 @@ func (m *Manager) catchUpPermissions(quietOnly bool) {
 		}
 		m.mu.Lock()
 		for _, r := range reqs {
-			if e := m.tasks.byID[r.SessionID]; e != nil && e.task.Status.Active() {
+			if e := m.tasks.inSession(r.SessionID); e != nil && e.task.Status.Active() {
 				m.permissionAskedLocked(e, boundPermission(PendingPermission{ID: r.ID, Permission: r.Permission, Patterns: r.Patterns}))
 			}
 		}

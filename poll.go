@@ -16,7 +16,7 @@ func (m *Manager) poll() {
 	var expired []watchdog
 	now := m.bg.now()
 	for id, e := range m.tasks.byID {
-		if !e.task.Status.Active() {
+		if !e.task.Status.Active() || e.task.SessionID == "" { // no session yet: its start decides
 			continue
 		}
 		if w, ok := e.expired(now, m.cfg.stale); ok {
@@ -47,7 +47,7 @@ func (m *Manager) poll() {
 			if e == nil || !e.task.Status.Active() {
 				continue
 			}
-			if s, busy := st[id]; busy {
+			if s, busy := st[e.task.SessionID]; busy {
 				if s != e.run.polled { // a change seen by the poll is activity
 					e.run.polled, e.run.active = s, m.bg.now()
 				}

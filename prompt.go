@@ -105,7 +105,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	if e.run.mirror != nil && e.run.sends == 1 { // a connection delivering events now delivers the run's
 		e.run.mirror.bind(m.mirrors.live.Load()) // (not at a later send: the first may still land)
 	}
-	id, req := t.ID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
+	id, sid, req := t.ID, t.SessionID, opencode.PromptRequest{MessageID: t.PromptID, Agent: t.Agent,
 		Parts: []opencode.TextPartInput{opencode.NewText(t.Prompt)}}
 	if t.ForkMode == ForkNative && rc == 0 && t.Steers == 0 { // after the shared prefix: the cache is not affected
 		req.Parts = append([]opencode.TextPartInput{opencode.NewSyntheticText(nativeFraming)}, req.Parts...)
@@ -132,7 +132,7 @@ func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	}
 	defer cancel()
 	sent = true
-	err = m.client.PromptAsync(ctx, id, req)
+	err = m.client.PromptAsync(ctx, sid, req)
 	var refused *opencode.APIError
 	if err == nil || errors.As(err, &refused) {
 		return err

@@ -32,7 +32,7 @@ const minSuspect = time.Second
 // looks again.
 func (m *Manager) confirmUnfinished(e *entry, run manager.Run) manager.Verdict {
 	m.mu.Lock()
-	id, dir := e.task.ID, e.task.Directory
+	id, dir := e.task.SessionID, e.task.Directory
 	m.mu.Unlock()
 	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
@@ -194,7 +194,8 @@ func (m *Manager) reconcileLoop(resident bool) {
 // reconcileJob is a reconcile of run rc of task e, as the queue hands it out.
 type reconcileJob struct {
 	e   *entry
-	id  string
+	id  string // the task's
+	sid string // its session's ("" while it has none)
 	rc  int
 	run manager.Run
 	// streamed holds the frames the run's log recorded when the session went idle, when the
@@ -258,7 +259,7 @@ func (rs *reconciling) take() (reconcileJob, bool) {
 	delete(rs.rq, e)
 	streamed := e.run.streamed
 	e.run.streamed = nil
-	return reconcileJob{e: e, id: e.task.ID, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
+	return reconcileJob{e: e, id: e.task.ID, sid: e.task.SessionID, rc: e.task.ResumeCount, run: runOf(e, idle), streamed: streamed}, true
 }
 
 // reconcile decides whether the run ended from a read of the task session's latest messages
@@ -275,7 +276,10 @@ func (m *Manager) reconcile(r reconcileJob) {
 
 	ctx, cancel := m.bg.requestCtx()
 	defer cancel()
-	msgs, err := m.client.Messages(ctx, id, reconcileWindow)
+	if r.sid == "" {
+		return // no session yet: the task's start decides
+	}
+	msgs, err := m.client.Messages(ctx, r.sid, reconcileWindow)
 	if errors.Is(err, opencode.ErrNotFound) {
 		m.finish(e, rc, StatusCancelled, "", "session deleted")
 		return

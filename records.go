@@ -51,10 +51,12 @@ func checkRecord(t *Task) error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	bad(!sessionIDRE.MatchString(t.ID), "id %s is not a session id", echo(t.ID))
+	bad(!taskIDRE.MatchString(t.ID), "id %s is not a task id", echo(t.ID))
+	bad(t.SessionID != "" && !sessionIDRE.MatchString(t.SessionID), "session %s is not a session id", echo(t.SessionID))
 	bad(!sessionIDRE.MatchString(t.ParentSessionID), "parent %s is not a session id", echo(t.ParentSessionID))
 	bad(t.AnchorSessionID != "" && !sessionIDRE.MatchString(t.AnchorSessionID), "anchor %s is not a session id", echo(t.AnchorSessionID))
-	bad(t.ID == t.ParentSessionID, "the task is its own parent")
+	bad(t.SessionID == t.ParentSessionID || t.ID == t.ParentSessionID, "the task is its own parent")
+	bad(strings.HasPrefix(t.ID, sessionPrefix) && t.SessionID != "" && t.SessionID != t.ID, "id %s names another session than its session %s", echo(t.ID), echo(t.SessionID))
 	bad(!t.Status.valid(), "status %s", echo(string(t.Status)))
 	bad(checkText("agent", t.Agent, maxAgentName, true) != nil, "agent %s", echo(t.Agent))
 	bad(utf8.RuneCountInString(t.Description) > MaxDescriptionChars || strings.ContainsAny(t.Description, "\r\n"), "description of %d characters", utf8.RuneCountInString(t.Description))
@@ -118,6 +120,7 @@ func (m *Manager) acceptRecords(ctx context.Context, stored []Task, check bool) 
 			m.cfg.logger.Error("asyncagents: a stored task record was refused", "task", echo(t.ID), "err", err)
 			continue
 		}
+		t.upgrade()
 		if !check || !actsOn(t) {
 			ok[i] = true
 			continue
@@ -155,13 +158,13 @@ func actsOn(t *Task) bool {
 	return false
 }
 
-// checkSession returns an error unless the server's session t.ID is t's: in t's directory,
+// checkSession returns an error unless the server's session t.SessionID is t's: in t's directory,
 // and a child of t's parent titled "Background…", or, for a native fork, a session without a
 // parent titled as OpenCode titles a fork.
 func checkSession(ctx context.Context, client opencode.Client, timeout time.Duration, t *Task) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	s, err := client.GetSession(ctx, t.ID)
+	s, err := client.GetSession(ctx, t.SessionID)
 	if err != nil {
 		return fmt.Errorf("its session: %w", err)
 	}

@@ -109,17 +109,20 @@ func (m *Manager) queueFollowUpLocked(e *entry, prompt string) (Task, error) {
 // resume sends prompt to the ended task e, with budget as its budget from now on when set.
 func (m *Manager) resume(ctx context.Context, e *entry, prompt string, budget *Budget) (Task, error) {
 	m.mu.Lock()
-	tid := e.task.ID
+	tid, sid := e.task.ID, e.task.SessionID
 	m.mu.Unlock()
-	if _, err := m.client.GetSession(ctx, tid); err != nil {
-		if errors.Is(err, opencode.ErrNotFound) {
-			return Task{}, fmt.Errorf("%w: session %s was deleted; start a new task", ErrSessionExpired, tid)
-		}
-		return Task{}, fmt.Errorf("asyncagents: check session %s: %w", tid, err)
+	if sid == "" {
+		return Task{}, fmt.Errorf("%w: task %s ended before its session was made; start a new task", ErrSessionExpired, tid)
 	}
-	last, err := m.client.Messages(ctx, tid, 1)
+	if _, err := m.client.GetSession(ctx, sid); err != nil {
+		if errors.Is(err, opencode.ErrNotFound) {
+			return Task{}, fmt.Errorf("%w: the session of %s was deleted; start a new task", ErrSessionExpired, tid)
+		}
+		return Task{}, fmt.Errorf("asyncagents: check the session of %s: %w", tid, err)
+	}
+	last, err := m.client.Messages(ctx, sid, 1)
 	if err != nil {
-		return Task{}, fmt.Errorf("asyncagents: read session %s: %w", tid, err)
+		return Task{}, fmt.Errorf("asyncagents: read the session of %s: %w", tid, err)
 	}
 
 	m.mu.Lock()

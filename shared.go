@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,8 @@ type sharedHosts struct {
 	// others are the tasks other hosts hold, as summaries (HandoffStore.Changes): their ids
 	// are foreign ids of the task set's registry, and the change feed and ListAll show them.
 	// Guarded by Manager.mu.
-	others map[string]Task
+	others    map[string]Task
+	inSession map[string]string // the ids of others by their sessions
 
 	following sync.Mutex // one follow at a time (never under Manager.mu)
 	after     uint64     // the number of the last change read (under following)
@@ -41,8 +43,8 @@ func (h *sharedHosts) start() {
 	}
 }
 
-func (h *sharedHosts) other(id string) (Task, bool) {
-	t, ok := h.others[id]
+func (h *sharedHosts) other(session string) (Task, bool) {
+	t, ok := h.others[h.inSession[session]]
 	return t, ok
 }
 
@@ -65,7 +67,7 @@ func (h *sharedHosts) tree(ctx context.Context, s, parent string) (task Task, is
 			return Task{}, false, false, err
 		}
 		for _, t := range siblings {
-			if t.ID == s {
+			if t.upgrade(); t.SessionID == s {
 				return t, true, false, nil
 			}
 		}
@@ -254,7 +256,7 @@ func (h *sharedHosts) pull(ctx context.Context, caller Caller, id string) {
 		if t.Server != h.server() {
 			continue // a host of its own server must act on it
 		}
-		if t.ID == id || strings.HasPrefix(t.ID, manager.SessionPrefix+strings.TrimPrefix(strings.TrimSpace(id), manager.SessionPrefix)) {
+		if t.ID == id || slices.ContainsFunc(manager.Candidates(id), func(full string) bool { return strings.HasPrefix(t.ID, full) }) {
 			ids = append(ids, t.ID)
 		}
 	}
@@ -391,7 +393,7 @@ func (h *sharedHosts) follow() {
 			for id := range h.others {
 				m.tasks.reg.RemoveForeign(id)
 			}
-			h.others = nil
+			h.others, h.inSession = nil, nil
 			m.mu.Unlock()
 			h.after = 0
 			continue
@@ -425,9 +427,12 @@ func (h *sharedHosts) takeChangeLocked(c Change) {
 		return
 	}
 	if h.others == nil {
-		h.others = map[string]Task{}
+		h.others, h.inSession = map[string]Task{}, map[string]string{}
 	}
 	was, known := h.others[t.ID]
+	if known && h.inSession[was.SessionID] == t.ID {
+		delete(h.inSession, was.SessionID)
+	}
 	if c.Removed || checkRecord(&t) != nil {
 		if known {
 			delete(h.others, t.ID)
@@ -437,7 +442,11 @@ func (h *sharedHosts) takeChangeLocked(c Change) {
 		}
 		return
 	}
+	t.upgrade()
 	h.others[t.ID] = t
+	if t.SessionID != "" {
+		h.inSession[t.SessionID] = t.ID
+	}
 	m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
 	if len(m.feed.subs) > 0 {
 		t.DisplayID = m.tasks.reg.DisplayID(t.ID)

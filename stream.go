@@ -287,7 +287,7 @@ func (st *stream) activeAfterQueued(sid string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st.applyQueued(true)
-	e := m.tasks.byID[sid]
+	e := m.tasks.inSession(sid)
 	return e != nil && e.task.Status.Active()
 }
 

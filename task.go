@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents/fork"
@@ -65,11 +66,16 @@ type PendingPermission struct {
 	Patterns   []string `json:"patterns,omitempty"`
 }
 
-// Task is a snapshot of one background task. Its ID is the id of the child session the task
-// runs in. [Manager] methods return copies: changing one changes nothing in the Manager.
-// The JSON form is what a [Store] keeps.
+// Task is a snapshot of one background task. [Manager] methods return copies: changing one
+// changes nothing in the Manager. The JSON form is what a [Store] keeps.
 type Task struct {
-	ID              string    `json:"id"`
+	// ID names the task in the Manager's methods, its tools and its store. Treat it as
+	// opaque: it is not the session's id (that is SessionID), although a task recorded by an
+	// earlier version has its session's id as its ID.
+	ID string `json:"id"`
+	// SessionID is the OpenCode session ("ses_…") the task runs in, a child of
+	// ParentSessionID.
+	SessionID       string    `json:"sessionID,omitempty"`
 	ParentSessionID string    `json:"parentSessionID"`
 	ParentMessageID string    `json:"parentMessageID,omitempty"`
 	ParentAgent     string    `json:"parentAgent,omitempty"`
@@ -137,6 +143,13 @@ type Task struct {
 	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns
 	// and not stored.
 	DisplayID string `json:"-"`
+}
+
+// upgrade completes a record of an earlier version, whose ID is its session's id.
+func (t *Task) upgrade() {
+	if t.SessionID == "" && strings.HasPrefix(t.ID, sessionPrefix) {
+		t.SessionID = t.ID
+	}
 }
 
 // anchor returns the session the task counts under: AnchorSessionID, or its parent.

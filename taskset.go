@@ -11,19 +11,20 @@ import (
 // prefixes: manager.Registry), and their batches, with what the tasks removed since New had
 // used. Guarded by Manager.mu.
 type taskSet struct {
-	byID    map[string]*entry
-	reg     manager.Registry
-	batches map[string]*batch // by batch id
-	open    map[string]string // parent → its batch with active tasks
-	cleared map[string]Usage  // parent → what its tasks removed since New had used
-	closed  bool              // the Manager was closed: operations return ErrClosed
+	byID      map[string]*entry
+	bySession map[string]*entry // by Task.SessionID, once the task has its session
+	reg       manager.Registry
+	batches   map[string]*batch // by batch id
+	open      map[string]string // parent → its batch with active tasks
+	cleared   map[string]Usage  // parent → what its tasks removed since New had used
+	closed    bool              // the Manager was closed: operations return ErrClosed
 	// anchored are the tasks that count under a session other than their parent
 	// (Task.AnchorSessionID), by that session.
 	anchored map[string][]string
 }
 
 func newTaskSet() taskSet {
-	return taskSet{byID: map[string]*entry{}, batches: map[string]*batch{}, open: map[string]string{}, cleared: map[string]Usage{},
+	return taskSet{byID: map[string]*entry{}, bySession: map[string]*entry{}, batches: map[string]*batch{}, open: map[string]string{}, cleared: map[string]Usage{},
 		anchored: map[string][]string{}}
 }
 
@@ -34,13 +35,16 @@ type batch struct {
 	active int
 }
 
-// add records e's task, unless a task with its id is here already (false).
+// add records e's task, unless a task with its id or its session is here already (false).
 func (s *taskSet) add(e *entry) bool {
 	t := &e.task
-	if !s.reg.Add(t.ParentSessionID, t.ID) {
+	if t.SessionID != "" && s.bySession[t.SessionID] != nil || !s.reg.Add(t.ParentSessionID, t.ID) {
 		return false
 	}
 	s.byID[t.ID] = e
+	if t.SessionID != "" {
+		s.bySession[t.SessionID] = e
+	}
 	if a := t.AnchorSessionID; a != "" {
 		s.anchored[a] = append(s.anchored[a], t.ID)
 	}
@@ -51,6 +55,9 @@ func (s *taskSet) add(e *entry) bool {
 func (s *taskSet) remove(e *entry) {
 	t := &e.task
 	delete(s.byID, t.ID)
+	if t.SessionID != "" && s.bySession[t.SessionID] == e {
+		delete(s.bySession, t.SessionID)
+	}
 	s.reg.Remove(t.ID)
 	if a := t.AnchorSessionID; a != "" {
 		if s.anchored[a] = slices.DeleteFunc(s.anchored[a], func(id string) bool { return id == t.ID }); len(s.anchored[a]) == 0 {
@@ -64,6 +71,9 @@ func (s *taskSet) remove(e *entry) {
 
 // has reports whether task id is here.
 func (s *taskSet) has(id string) bool { return s.byID[id] != nil }
+
+// inSession returns the task that runs in session id, or nil.
+func (s *taskSet) inSession(id string) *entry { return s.bySession[id] }
 
 // batch returns batch id, created empty when it has none.
 func (s *taskSet) batch(id string) *batch {
@@ -98,7 +108,9 @@ func (s *taskSet) treeUsage(session string) Usage {
 			for _, id := range slices.Concat(s.reg.Tasks(parent), s.anchored[parent]) {
 				if e := s.byID[id]; e != nil {
 					sum = sum.Add(e.task.Usage)
-					below = append(below, id)
+					if e.task.SessionID != "" {
+						below = append(below, e.task.SessionID)
+					}
 				}
 			}
 		}

@@ -3,12 +3,17 @@ package asyncagents
 import (
 	"errors"
 	"testing"
+
+	"github.com/asyncagents/asyncagents/manager"
 )
 
+// addTask adds task id of parent: its session is id with the prefix "ses_".
 func addTask(s *taskSet, parent, id string, u Usage) *entry {
-	e := &entry{task: Task{ID: id, ParentSessionID: parent, Usage: u}}
-	s.reg.Add(parent, id)
-	s.byID[id] = e
+	key, _ := manager.Key(id)
+	e := &entry{task: Task{ID: id, SessionID: sessionPrefix + key, ParentSessionID: parent, Usage: u}}
+	if !s.add(e) {
+		panic("task " + id + " added twice")
+	}
 	return e
 }
 
@@ -43,9 +48,9 @@ func TestTaskSetLookup(t *testing.T) {
 // C-2: a tree's usage sums the tasks below a session, their own tasks' and those removed.
 func TestTaskSetTreeUsage(t *testing.T) {
 	s := newTaskSet()
-	addTask(&s, "ses_root", "ses_a", Usage{Input: 1})
-	addTask(&s, "ses_a", "ses_b", Usage{Input: 10})
-	addTask(&s, "ses_other", "ses_c", Usage{Input: 100})
+	addTask(&s, "ses_root", "tsk_a", Usage{Input: 1}) // runs in ses_a
+	addTask(&s, "ses_a", "tsk_b", Usage{Input: 10})   // launched by tsk_a
+	addTask(&s, "ses_other", "tsk_c", Usage{Input: 100})
 	s.cleared["ses_a"] = Usage{Input: 1000}
 	if got := s.treeUsage("ses_root"); got.Input != 1011 {
 		t.Errorf("tree usage = %d, want 1011", got.Input)

@@ -198,7 +198,7 @@ const (
 // when msgs do not reach the run's prompt.
 func (m *Manager) settleUsage(ctx context.Context, e *entry, rc int, msgs []opencode.Message) {
 	m.mu.Lock()
-	id, prompt, baseline := e.task.ID, e.task.PromptID, e.run.baseline
+	id, prompt, baseline := e.task.SessionID, e.task.PromptID, e.run.baseline
 	m.mu.Unlock()
 	run, whole := runMessages(msgs, prompt, baseline)
 	if !whole {

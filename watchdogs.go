@@ -86,12 +86,14 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 		return nil
 	}
 	e.run.aborting = &end
-	id := e.task.ID
+	id, sid := e.task.ID, e.task.SessionID
 	m.mu.Unlock()
 	ctx, cancel, err := m.leaseCtx(ctx, id)
-	if err == nil {
+	if err == nil && sid != "" { // none yet: nothing runs on the server, and its start stops
 		defer cancel()
-		err = m.client.Abort(ctx, id)
+		err = m.client.Abort(ctx, sid)
+	} else if err == nil {
+		cancel()
 	}
 	if err != nil {
 		m.mu.Lock()
@@ -110,7 +112,7 @@ func (m *Manager) abortAs(ctx context.Context, e *entry, rc int, end runEnd) err
 // called. A failed read leaves only the tools.
 func partialResult(ctx context.Context, client opencode.Client, t Task, baseline string) string {
 	var texts []string
-	if msgs, err := client.Messages(ctx, t.ID, reconcileWindow); err == nil {
+	if msgs, err := client.Messages(ctx, t.SessionID, reconcileWindow); err == nil {
 		if i := slices.IndexFunc(msgs, func(msg opencode.Message) bool { return msg.Info.ID == baseline }); i >= 0 {
 			msgs = msgs[i+1:]
 		}

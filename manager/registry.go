@@ -5,15 +5,51 @@ import (
 	"strings"
 )
 
-// Task ids are OpenCode session ids: "ses_" followed by an id that sorts by creation.
+// Task ids are a prefix, [TaskPrefix] (or, for tasks recorded by earlier versions, whose ids
+// were their OpenCode sessions', [SessionPrefix]), followed by an id that sorts by creation.
 const (
-	// SessionPrefix starts every task id.
+	// TaskPrefix starts a task id.
+	TaskPrefix = "tsk_"
+	// SessionPrefix starts an OpenCode session id, and the id of a task recorded by an
+	// earlier version.
 	SessionPrefix = "ses_"
-	// MinPrefix is how many characters after [SessionPrefix] an id prefix needs to resolve.
+	// MinPrefix is how many characters after the prefix an id prefix needs to resolve.
 	MinPrefix = 4
-	// MinDisplay is how many characters after [SessionPrefix] a display id shows at least.
+	// MinDisplay is how many characters after the prefix a display id shows at least.
 	MinDisplay = 8
 )
+
+// prefixes are the prefixes of task ids, each as long as the other.
+var prefixes = [...]string{TaskPrefix, SessionPrefix}
+
+// Key returns id without space around it and without its prefix, and the prefix it had
+// ("" for none).
+func Key(id string) (key, prefix string) {
+	id = strings.TrimSpace(id)
+	for _, p := range prefixes {
+		if k, ok := strings.CutPrefix(id, p); ok {
+			return k, p
+		}
+	}
+	return id, ""
+}
+
+// Candidates returns the full ids id may stand for: itself when it has a prefix, and the
+// key after each prefix when it has none.
+func Candidates(id string) []string {
+	key, prefix := Key(id)
+	if key == "" {
+		return nil
+	}
+	if prefix != "" {
+		return []string{prefix + key}
+	}
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p + key
+	}
+	return out
+}
 
 // Registry indexes task ids by parent session. It keeps each parent's tasks in launch
 // order and in sorted order, so a display id or a prefix lookup costs O(log n) in the
@@ -160,7 +196,7 @@ func neighbours(sorted []string, id string) (above, below string) {
 }
 
 // DisplayID returns the shortest prefix of id that is unique among its parent's tasks and
-// foreign ids and shows at least [MinDisplay] characters after [SessionPrefix] (the whole id
+// foreign ids and shows at least [MinDisplay] characters after its prefix (the whole id
 // when shorter). An unknown id is returned as it is.
 func (r *Registry) DisplayID(id string) string {
 	parent, ok := r.parentOf[id]
@@ -170,7 +206,7 @@ func (r *Registry) DisplayID(id string) string {
 		}
 	}
 	f := r.families[parent]
-	n := len(SessionPrefix) + MinDisplay
+	n := len(TaskPrefix) + MinDisplay
 	for _, s := range [][]string{f.sorted, f.foreign} {
 		above, below := neighbours(s, id)
 		n = max(n, commonPrefix(id, above)+1, commonPrefix(id, below)+1)
@@ -179,21 +215,24 @@ func (r *Registry) DisplayID(id string) string {
 }
 
 // Resolve returns parent's tasks that id names: the task whose id is id, with or without
-// [SessionPrefix]; otherwise every task whose id starts with it, when it has at least
-// [MinPrefix] characters after the prefix. It returns at most limit ids (all when limit is
-// 0 or less), the largest ones when there are more, in ascending order. Other parents' tasks never match.
+// its prefix; otherwise every task whose id starts with it, with or without a prefix, when
+// it has at least [MinPrefix] characters after the prefix. It returns at most limit ids (all
+// when limit is 0 or less), the largest ones when there are more, in ascending order. Other
+// parents' tasks never match.
 func (r *Registry) Resolve(parent, id string, limit int) []string {
-	key := strings.TrimPrefix(strings.TrimSpace(id), SessionPrefix)
+	key, _ := Key(id)
 	f := r.families[parent]
 	if key == "" || f == nil {
 		return nil
 	}
-	full := SessionPrefix + key
-	if p, ok := r.parentOf[full]; ok && p == parent {
-		return []string{full}
-	}
-	if p, ok := r.foreignOf[full]; ok && p == parent {
-		return []string{full}
+	fulls := Candidates(id)
+	for _, full := range fulls {
+		if p, ok := r.parentOf[full]; ok && p == parent {
+			return []string{full}
+		}
+		if p, ok := r.foreignOf[full]; ok && p == parent {
+			return []string{full}
+		}
 	}
 	if len(key) < MinPrefix {
 		return nil
@@ -201,11 +240,13 @@ func (r *Registry) Resolve(parent, id string, limit int) []string {
 	// The ids starting with full are those from full up to full + "\x7f…" (ids are ASCII):
 	// in descending order, a run that begins at the first id not above that bound.
 	var out []string
-	upper := full + "\x7f"
-	for _, s := range [][]string{f.sorted, f.foreign} {
-		i, _ := slices.BinarySearchFunc(s, upper, descending)
-		for ; i < len(s) && strings.HasPrefix(s[i], full); i++ {
-			out = append(out, s[i])
+	for _, full := range fulls {
+		upper := full + "\x7f"
+		for _, s := range [][]string{f.sorted, f.foreign} {
+			i, _ := slices.BinarySearchFunc(s, upper, descending)
+			for ; i < len(s) && strings.HasPrefix(s[i], full); i++ {
+				out = append(out, s[i])
+			}
 		}
 	}
 	slices.SortFunc(out, descending)

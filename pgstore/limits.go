@@ -28,18 +28,18 @@ const activeTasks = `SELECT count(*) FROM asyncagents_tasks
 const sessionsAbove = `WITH RECURSIVE up(session, depth) AS (
 		SELECT $1::text, 0
 		UNION ALL
-		SELECT t.anchor, u.depth + 1 FROM up u JOIN asyncagents_tasks t ON t.id = u.session WHERE u.depth < $2
+		SELECT t.anchor, u.depth + 1 FROM up u JOIN asyncagents_tasks t ON t.session = u.session WHERE u.depth < $2
 	) SELECT session FROM up WHERE session <> '' ORDER BY depth`
 
 // treeUsage sums what the tasks below session $1 used: its own tasks, those that count under
 // it, theirs and so on, $2 levels deep, each task once, and what the tasks removed from those
 // sessions used.
-const treeUsage = `WITH RECURSIVE below(id, depth) AS (
-		SELECT id, 1 FROM asyncagents_tasks WHERE parent = $1 OR anchor = $1
+const treeUsage = `WITH RECURSIVE below(id, session, depth) AS (
+		SELECT id, session, 1 FROM asyncagents_tasks WHERE parent = $1 OR anchor = $1
 		UNION
-		SELECT t.id, b.depth + 1 FROM below b
-			JOIN LATERAL (SELECT id FROM asyncagents_tasks WHERE parent = b.id
-				UNION SELECT id FROM asyncagents_tasks WHERE anchor = b.id) AS t ON true
+		SELECT t.id, t.session, b.depth + 1 FROM below b
+			JOIN LATERAL (SELECT id, session FROM asyncagents_tasks WHERE parent = b.session
+				UNION SELECT id, session FROM asyncagents_tasks WHERE anchor = b.session) AS t ON true
 		WHERE b.depth < $2
 	), used(input, output, reasoning, cache_read, cache_write, cost) AS (
 		SELECT (u->>'input')::bigint, (u->>'output')::bigint, (u->>'reasoning')::bigint,
@@ -47,7 +47,7 @@ const treeUsage = `WITH RECURSIVE below(id, depth) AS (
 		FROM (SELECT summary->'usage' AS u FROM asyncagents_tasks WHERE id IN (SELECT id FROM below)) AS x
 		UNION ALL
 		SELECT input, output, reasoning, cache_read, cache_write, cost FROM asyncagents_cleared
-		WHERE session = $1 OR session IN (SELECT id FROM below)
+		WHERE session = $1 OR session IN (SELECT session FROM below)
 	) SELECT coalesce(sum(input), 0)::bigint, coalesce(sum(output), 0)::bigint, coalesce(sum(reasoning), 0)::bigint,
 		coalesce(sum(cache_read), 0)::bigint, coalesce(sum(cache_write), 0)::bigint, coalesce(sum(cost), 0)::float8
 	FROM used`
@@ -69,10 +69,10 @@ const levels = asyncagents.MaxNestingDepth + 1
 // what the tasks removed from those sessions used (asyncagents_cleared, which [Store.Delete]
 // adds to). One recursive query:
 //
-//	WITH RECURSIVE below(id, depth) AS (SELECT id, 1 FROM asyncagents_tasks WHERE parent = $1 OR anchor = $1
-//	    UNION SELECT t.id, depth + 1 FROM below JOIN asyncagents_tasks t ON t.parent = below.id OR t.anchor = below.id …)
+//	WITH RECURSIVE below(id, session, depth) AS (SELECT id, session, 1 FROM asyncagents_tasks WHERE parent = $1 OR anchor = $1
+//	    UNION SELECT t.id, t.session, depth + 1 FROM below JOIN asyncagents_tasks t ON t.parent = below.session OR t.anchor = below.session …)
 //	SELECT sum(usage) FROM (summary->'usage' of the tasks below
-//	    UNION ALL asyncagents_cleared of $1 and the tasks below)
+//	    UNION ALL asyncagents_cleared of $1 and the sessions of the tasks below)
 func (s *Store) TreeUsage(ctx context.Context, session string) (asyncagents.Usage, error) {
 	s.trips.Add(1)
 	u, err := scanUsage(s.pool.QueryRow(ctx, treeUsage, session, levels))
@@ -100,7 +100,7 @@ func (s *Store) TreeUsage(ctx context.Context, session string) (asyncagents.Usag
 //	SELECT count(*) FROM asyncagents_tasks WHERE (parent = $session OR anchor = $session)
 //	    AND status IN ('queued', 'running', 'resumed')
 //	WITH RECURSIVE up(session, depth) AS (SELECT $anchor, 0 UNION ALL
-//	    SELECT t.anchor, depth + 1 FROM up JOIN asyncagents_tasks t ON t.id = up.session …) SELECT session FROM up
+//	    SELECT t.anchor, depth + 1 FROM up JOIN asyncagents_tasks t ON t.session = up.session …) SELECT session FROM up
 //	(TreeUsage's query for each of those sessions)
 //	(Save's statements)
 //	COMMIT

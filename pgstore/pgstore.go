@@ -37,6 +37,10 @@
 // lock (tern's migrator, version table asyncagents_schema_version). A database whose schema
 // is newer than this package knows is refused with [ErrSchemaNewer], changing nothing.
 //
+// Version 6 adds the column session (Task.SessionID: a task recorded before tasks had ids of
+// their own has its session's id as its id; indexed), through which the tree queries go from
+// a task to the tasks it launched, and which the summary trigger below sets.
+//
 // Version 5 adds to asyncagents_tasks the columns seq (the row's change number, from the
 // sequence asyncagents_changes; indexed), anchor (the session the task counts under:
 // Task.AnchorSessionID, or its parent; indexed) and summary (the task's JSON as jsonb without
@@ -49,6 +53,7 @@
 //	BEFORE INSERT OR UPDATE OF task, status, parent, server, and UPDATE OF holder when it changes:
 //	    PERFORM pg_advisory_xact_lock_shared(hashtext('asyncagents_changes'), 0);
 //	    seq := nextval('asyncagents_changes'); PERFORM pg_notify('asyncagents_changes', holder)
+//	    session := coalesce(nullif(summary->>'sessionID', ''), id when it starts with "ses_")
 //	AFTER DELETE: the same lock; INSERT INTO asyncagents_removed (id, seq, holder)
 //	    VALUES (id, nextval('asyncagents_changes'), holder) (a tombstone); the same notification
 //

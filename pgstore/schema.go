@@ -34,7 +34,22 @@ var migrations = []string{
 	`ALTER TABLE asyncagents_tasks ADD COLUMN wanted_by text;`,
 	`ALTER TABLE asyncagents_tasks ADD COLUMN server text NOT NULL DEFAULT '';`,
 	changesSchema,
+	sessionSchema,
 }
+
+// sessionSchema is version 6: the session a task runs in (Task.SessionID; a task recorded
+// before tasks had ids of their own has its session's id as its id), kept by the summary
+// trigger, so that the trees of sessions are walked through the sessions of their tasks.
+const sessionSchema = `ALTER TABLE asyncagents_tasks ADD COLUMN session text;
+	CREATE OR REPLACE FUNCTION asyncagents_task_summary() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		NEW.summary := asyncagents_summary(NEW.task::jsonb);
+		NEW.anchor := coalesce(nullif(NEW.summary->>'anchorSessionID', ''), NEW.parent);
+		NEW.session := coalesce(nullif(NEW.summary->>'sessionID', ''), CASE WHEN NEW.id LIKE 'ses\_%' THEN NEW.id END);
+		RETURN NEW;
+	END $$;
+	UPDATE asyncagents_tasks SET session = coalesce(nullif(summary->>'sessionID', ''), CASE WHEN id LIKE 'ses\_%' THEN id END);
+	CREATE INDEX asyncagents_tasks_session ON asyncagents_tasks (session);`
 
 // changesSchema is version 5: the change numbers, summaries and anchors of the tasks, the
 // tombstones of removed tasks, and the usage of removed tasks (see the package comment).

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asyncagents/asyncagents"
@@ -18,6 +19,7 @@ func FullTask(id string, n int) asyncagents.Task {
 	started := time.Date(2025, 3, 14, 15, 9, 26, 535897932, zone).Add(time.Duration(n) * time.Minute)
 	return asyncagents.Task{
 		ID:              id,
+		SessionID:       "ses_" + strings.TrimPrefix(strings.TrimPrefix(id, "tsk_"), "ses_"),
 		ParentSessionID: "ses_parent",
 		ParentMessageID: fmt.Sprintf("msg_%d", n),
 		ParentAgent:     "build",

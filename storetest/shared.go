@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ type sharedTask struct {
 	raw      []byte // the task's JSON, so that what comes in and goes out is a copy
 	summary  []byte // the JSON of its summary (summarize)
 	parent   string
+	session  string // Task.SessionID, or the ID of a task recorded before tasks had their own ids
 	anchor   string // the session it counts under: Task.AnchorSessionID, or its parent
 	status   asyncagents.Status
 	usage    asyncagents.Usage
@@ -312,6 +314,10 @@ func (s *SharedStore) save(t asyncagents.Task, check func() error) error {
 	}
 	row.raw, row.summary, row.parent, row.started, row.until = raw, summary, t.ParentSessionID, t.Started, now.Add(s.lease)
 	row.anchor, row.status, row.usage = cmp.Or(t.AnchorSessionID, t.ParentSessionID), t.Status, t.Usage
+	row.session = t.SessionID
+	if row.session == "" && strings.HasPrefix(t.ID, "ses_") {
+		row.session = t.ID
+	}
 	s.mem.change(row)
 	if t.Status.Terminal() {
 		delete(s.mem.slots, t.ID)

@@ -38,8 +38,12 @@ func (m *SharedMemory) treeUsage(session string) asyncagents.Usage {
 		next := map[string]bool{}
 		for id, row := range m.tasks {
 			if !seen[id] && (level[row.parent] || level[row.anchor]) {
-				seen[id], next[id] = true, true
-				sum = sum.Add(row.usage).Add(m.cleared[id])
+				seen[id] = true
+				sum = sum.Add(row.usage)
+				if row.session != "" {
+					next[row.session] = true
+					sum = sum.Add(m.cleared[row.session])
+				}
 			}
 		}
 		if level = next; len(level) == 0 {
@@ -54,13 +58,23 @@ func (m *SharedMemory) treeUsage(session string) asyncagents.Usage {
 func (m *SharedMemory) above(session string) []string {
 	out := []string{session}
 	for range asyncagents.MaxNestingDepth {
-		row := m.tasks[out[len(out)-1]]
+		row := m.inSession(out[len(out)-1])
 		if row == nil || row.anchor == "" {
 			break
 		}
 		out = append(out, row.anchor)
 	}
 	return out
+}
+
+// inSession returns the task that runs in session, or nil.
+func (m *SharedMemory) inSession(session string) *sharedTask {
+	for _, row := range m.tasks {
+		if row.session == session {
+			return row
+		}
+	}
+	return nil
 }
 
 // TreeUsage returns what the tasks below session used, on every store of the SharedMemory: its
