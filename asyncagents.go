@@ -68,6 +68,7 @@ type Manager struct {
 	isolation isolation   // the git worktrees of isolated tasks (its own lock)
 	keys      launchKeys  // the launches in flight with an idempotency key (its own lock)
 	progress  digests     // the progress digests posted to parents (its own lock)
+	starts    starts      // the launched tasks being started (its own lock)
 
 	lossGrace time.Duration // lossGrace, or what a test sets (under mu)
 	afterPost func()        // nil, or what a test runs between a notification's post and its outcome
@@ -112,7 +113,7 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("asyncagents: load tasks: %w", err)
 	}
 	_, shared := cfg.store.(LeaseStore)
-	start, followUps := m.restore(m.acceptRecords(m.bg.ctx, stored, shared))
+	start, followUps, interrupted := m.restore(m.acceptRecords(m.bg.ctx, stored, shared))
 	if m.slots.shared != nil {
 		m.slots.wakeGranter() // for the stored queued tasks
 	}
@@ -138,15 +139,19 @@ func New(client opencode.Client, opts ...Option) (*Manager, error) {
 			}
 		})
 	}
+	if len(interrupted) > 0 {
+		m.bg.spawn("ending interrupted starts", func() { m.interruptStarts(interrupted) })
+	}
 	return m, nil
 }
 
 // restore takes the stored tasks in, as the last Manager on the store left them: active
 // ones are read at once, queued ones wait for a slot in launch order, pending notifications
 // are queued oldest first. It returns the queued tasks that fit their limits now (the limits
-// may have changed), and the ended tasks with follow-ups queued (the last Manager stopped
-// before it sent them). It runs before the Manager's goroutines start.
-func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
+// may have changed), the ended tasks with follow-ups queued (the last Manager stopped
+// before it sent them), and the tasks it left starting (interruptStarts ends them). It runs
+// before the Manager's goroutines start.
+func (m *Manager) restore(stored []Task) (start, followUps, interrupted []*entry) {
 	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Started.Before(stored[j].Started) })
 	var pending, owed []noteRef
 	created := map[string]time.Time{}
@@ -169,6 +174,9 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 		if t.Status.Terminal() && len(t.FollowUps) > 0 {
 			followUps = append(followUps, e)
 		}
+		if t.Starting && !t.Status.Terminal() {
+			interrupted = append(interrupted, e)
+		}
 	}
 	for _, refs := range [][]noteRef{pending, owed} {
 		sort.SliceStable(refs, func(i, j int) bool { return created[refs[i].key].Before(created[refs[j].key]) })
@@ -184,7 +192,14 @@ func (m *Manager) restore(stored []Task) (start, followUps []*entry) {
 		ob.lastEnd = latest(ob.lastEnd, created[ref.key])
 		m.notes.markReady(parent, ob)
 	}
-	return m.startedLocked(m.slots.startableAll()), followUps
+	return m.startedLocked(m.slots.startableAll()), followUps, interrupted
+}
+
+// interruptStarts ends the tasks a stopped host left starting (restore) in StatusError.
+func (m *Manager) interruptStarts(tasks []*entry) {
+	for _, e := range tasks {
+		m.finish(e, 0, StatusError, "", startInterrupted)
+	}
 }
 
 // restoreTask records one stored task (nil for a duplicate id), counts it in its batch and
@@ -206,6 +221,7 @@ func (m *Manager) restoreTask(t Task) *entry {
 		m.slots.activeOf[t.ParentSessionID]++
 	}
 	switch {
+	case t.Starting: // ended by interruptStarts: nothing of it runs
 	case t.Status.Active():
 		m.recon.add(e, false)
 		// Its prompt may have been sent a moment before the host stopped: it is taken for

@@ -284,13 +284,13 @@ func realRound(b *testing.B, c *opencode.HTTPClient, r *realResult) {
 		if t.Status != asyncagents.StatusCompleted {
 			b.Fatalf("task %s is %s: %s", t.ID, t.Status, t.Error)
 		}
-		idle, ok := idles.first(t.ID)
+		idle, ok := idles.first(t.SessionID)
 		if !ok {
 			b.Fatalf("no idle frame seen for %s", t.ID)
 		}
 		r.done = append(r.done, t.Completed.Sub(idle))
 		var decided [2]time.Time // the last read after the idle frame before the task was completed: the one that decided
-		for _, rd := range rt.reads[t.ID] {
+		for _, rd := range rt.reads[t.SessionID] {
 			if !rd[0].Before(idle) && !rd[1].After(t.Completed) {
 				decided = rd
 			}
@@ -562,7 +562,7 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 					errs <- err
 					return
 				}
-				ids[i] = t.ID
+				ids[i] = track(t)
 			}
 		}()
 	}
@@ -644,7 +644,7 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 			if c.burst {
 				every = 0
 			}
-			copy(idleAt, all.endAll(ids, every))
+			copy(idleAt, all.endAll(sessionsOf(ids), every))
 			return
 		}
 		for i, id := range ids {
@@ -653,7 +653,7 @@ func scaleRun(b *testing.B, c scaleCase, newBackend func() scaleBackend) (r scal
 					time.Sleep(d)
 				}
 			}
-			idleAt[i] = srv.end(id)
+			idleAt[i] = srv.end(sessionOf(id))
 		}
 	}()
 	select {

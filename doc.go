@@ -46,13 +46,15 @@
 //
 // # Tasks
 //
-// A [Task] is identified by its child session's id ("ses_…"). The child session is created
+// A [Task] has an id of the Manager's own ("tsk_…", sorting the newer first) and runs in a
+// child session of its parent (Task.SessionID, "ses_…"; a task recorded by an earlier version
+// has its session's id as its id). The child session is created
 // in the parent session's directory (or in an isolated task's worktree, below), so the task works in the parent's project (its tools,
 // and the working directory its model is told) whatever directory the server was started in
 // and however many projects it serves. Operations made for a caller
-// accept the full id, the id without "ses_", or a unique prefix of at least 4 characters
-// after "ses_", and only ever see the caller's own tasks. Lists show each task's display id:
-// the shortest unique prefix with at least 8 characters after "ses_".
+// accept the full id, the id without "tsk_", or a unique prefix of at least 4 characters
+// after "tsk_", and only ever see the caller's own tasks. Lists show each task's display id:
+// the shortest unique prefix with at least 8 characters after "tsk_".
 //
 // A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an

@@ -71,3 +71,15 @@ func TestEntryExpired(t *testing.T) {
 		t.Errorf("stale: %q %v", w.msg, ok)
 	}
 }
+
+// started waits until task's start is over (Task.Starting unset) and returns it then.
+func started(t testing.TB, m *Manager, task Task) Task {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got, err := m.Get(task.ID); err == nil && (!got.Starting || got.Status.Terminal()) {
+			return got
+		}
+	}
+	t.Fatalf("task %s still starting after 30s", task.ID)
+	return Task{}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"regexp"
 	"strings"
 	"time"
 
@@ -66,12 +67,12 @@ func ExampleManager_Launch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(task.Forked, task.ForkStats.FinalMessages, "messages inherited")
 
 	out, err := m.Output(ctx, caller, task.ID, asyncagents.OutputOptions{Block: true})
 	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println(out.Task.Forked, out.Task.ForkStats.FinalMessages, "messages inherited") // the start read them, after Launch
 	fmt.Println(out.Task.Status+":", out.Task.Result)
 	// Output:
 	// true 3 messages inherited
@@ -150,10 +151,14 @@ func Example_tools() {
 			}
 			result = out
 		}
-		fmt.Printf("%s -> %s\n", call.name, strings.SplitN(result, "\n", 2)[0])
+		first := strings.SplitN(result, "\n", 2)[0]
+		fmt.Printf("%s -> %s\n", call.name, taskIDs.ReplaceAllString(first, "tsk_…")) // ids differ at each run
 	}
 	// Output:
-	// asyncagents_task -> Background task launched: ses_dfd84297
+	// asyncagents_task -> Background task launched: tsk_…
 	// asyncagents_list -> Error: asyncagents: invalid input: bad arguments: unexpected additional properties ["Status"]
 	// asyncagents_cancel -> Error: asyncagents: task not found: "ses_nothing"
 }
+
+// taskIDs matches task ids.
+var taskIDs = regexp.MustCompile(`tsk_[0-9A-Za-z]+`)

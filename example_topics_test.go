@@ -135,7 +135,7 @@ func ExampleManager_Subscribe() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = client.Release(first.ID, opencodetest.Text("no findings"))
+	_ = client.Release(sessionOfTask(m, first), opencodetest.Text("no findings"))
 
 	// Print each change of status, until both tasks completed; the second task's run is
 	// released when the first one completed.
@@ -154,7 +154,7 @@ func ExampleManager_Subscribe() {
 			done++
 		}
 		if c.Task.ID == first.ID && c.Task.Status == asyncagents.StatusCompleted {
-			_ = client.Release(second.ID, opencodetest.Text("all pass"))
+			_ = client.Release(sessionOfTask(m, second), opencodetest.Text("all pass"))
 		}
 	}
 
@@ -197,6 +197,7 @@ func ExampleWithConcurrency() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	first, second = startedTask(m, first), startedTask(m, second) // Launch returns before the start
 	fmt.Println(first.Description, first.Status)
 	fmt.Println(second.Description, second.Status, "at position", second.QueuePosition)
 
@@ -210,8 +211,8 @@ func ExampleWithConcurrency() {
 	for _, t := range tasks {
 		history[t.Description] = []asyncagents.Status{t.Status}
 	}
-	_ = client.Release(first.ID, opencodetest.Text("one done"))
-	_ = client.Release(second.ID, opencodetest.Text("two done")) // kept until its run begins
+	_ = client.Release(sessionOfTask(m, first), opencodetest.Text("one done"))
+	_ = client.Release(sessionOfTask(m, second), opencodetest.Text("two done")) // kept until its run begins
 	for c := range sub.Changes() {
 		h := history[c.Task.Description]
 		if len(h) == 0 || h[len(h)-1] != c.Task.Status {
@@ -302,13 +303,14 @@ func ExampleFileStore_restart() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	sid := sessionOfTask(m, task)        // its start made its session and sent its prompt
 	if err := m.Close(ctx); err != nil { // the host stops: the Manager first, then its store
 		log.Fatal(err)
 	}
 	if err := store.Close(); err != nil {
 		log.Fatal(err)
 	}
-	_ = client.Release(task.ID, opencodetest.Text("schema migrated")) // the run ends while the host is down
+	_ = client.Release(sid, opencodetest.Text("schema migrated")) // the run ends while the host is down
 
 	// After the restart.
 	store, err = asyncagents.NewFileStore(path)
@@ -334,4 +336,21 @@ func ExampleFileStore_restart() {
 	// Output:
 	// 1 task: migrate
 	// completed: schema migrated
+}
+
+// sessionOfTask returns the session task runs in, once its start is over: a launch returns
+// before (Task.Starting).
+func sessionOfTask(m *asyncagents.Manager, task asyncagents.Task) string {
+	return startedTask(m, task).SessionID
+}
+
+// startedTask returns task as it is once its start is over.
+func startedTask(m *asyncagents.Manager, task asyncagents.Task) asyncagents.Task {
+	for range 1000 {
+		if t, err := m.Get(task.ID); err != nil || !t.Starting {
+			return t
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return task
 }

@@ -45,7 +45,7 @@ func Waiters(m *Manager, id string) int {
 	return 0
 }
 
-// FollowsOther reports whether m knows task id as one another host holds.
+// FollowsOther reports whether m knows the task in session id as one another host holds.
 func FollowsOther(m *Manager, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -33,9 +33,9 @@ const compactMinBytes = 1 << 20
 // The file is JSON Lines: UTF-8, one JSON object per line, each line ending in "\n".
 //
 //	{"asyncagents":"tasks","version":1}
-//	{"save":{"id":"ses_a","parentSessionID":"ses_p","status":"running",…}}
-//	{"save":{"id":"ses_b",…}}
-//	{"delete":["ses_a"]}
+//	{"save":{"id":"tsk_a","sessionID":"ses_a","parentSessionID":"ses_p","status":"running",…}}
+//	{"save":{"id":"tsk_b",…}}
+//	{"delete":["tsk_a"]}
 //
 // The first line names the format and its version. Every other line is a record: "save"
 // holds a [Task] in its JSON form (every field but DisplayID, which is not stored) and

@@ -43,7 +43,7 @@ func (m *Manager) finishLocked(e *entry, rc int, st Status, result, errMsg strin
 		e.task.Paused = a.paused
 		e.run.aborting = nil
 	}
-	e.task.Status, e.task.Completed = st, m.bg.now()
+	e.task.Status, e.task.Completed, e.task.Starting = st, m.bg.now(), false
 	if end := e.run.ended; end.After(e.task.Started) && end.Before(e.task.Completed) {
 		e.task.Completed = end // read later than it ended: the run's own duration
 	}

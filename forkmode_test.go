@@ -48,6 +48,7 @@ func TestNativeForkStartsFromTheCallersCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	task = asyncagentstest.Started(t, m, task)
 	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusCompleted || !got.Forked || got.ForkMode != asyncagents.ForkNative || got.ForkStats == nil {
 		t.Fatalf("task %s forked %v mode %q stats %v: %q", got.Status, got.Forked, got.ForkMode, got.ForkStats, got.Error)
@@ -55,7 +56,7 @@ func TestNativeForkStartsFromTheCallersCopy(t *testing.T) {
 	if c.forks.Load() != 1 || c.at.Load() != caller.MessageID {
 		t.Errorf("forks %d at %v, want one at the caller's message %s", c.forks.Load(), c.at.Load(), caller.MessageID)
 	}
-	msgs, _ := f.Messages(context.Background(), task.ID, 0)
+	msgs, _ := f.Messages(context.Background(), task.SessionID, 0)
 	prompt := msgs[len(msgs)-2].Parts
 	if len(msgs) != len(parentMsgs)-1+2 || msgs[0].Parts[0].Text != parentMsgs[0].Parts[0].Text || len(prompt) != 2 ||
 		!prompt[0].Synthetic || !strings.Contains(prompt[0].Text, "copy of the conversation") || prompt[1].Text != "continue" {
@@ -144,6 +145,7 @@ func TestRealServerNativeForkRepeatsTheCallersPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	task = asyncagentstest.Started(t, m, task)
 	got := asyncagentstest.Await(t, m, caller, task.ID)
 	if got.Status != asyncagents.StatusCompleted || got.ForkMode != asyncagents.ForkNative || !strings.Contains(got.Result, secret) {
 		t.Fatalf("task %s mode %q result %q (want %s): %q", got.Status, got.ForkMode, got.Result, secret, got.Error)
@@ -175,13 +177,14 @@ func TestRealServerNativeForkRepeatsTheCallersPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asyncagentstest.AwaitBusy(t, c, long.ID)
+	long = asyncagentstest.Started(t, m, long)
+	asyncagentstest.AwaitBusy(t, c, long.SessionID)
 	if got, err := m.Cancel(context.Background(), caller, long.ID); err != nil || got.Status != asyncagents.StatusCancelled {
 		t.Errorf("Cancel = %s, %v", got.Status, err)
 	}
 	// Nesting depth: the fork (depth 1, the deepest by default) may not launch tasks, although
 	// OpenCode's copy takes no permission rule that hides the tools from it.
-	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.ID, Agent: "build"},
+	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.SessionID, Agent: "build"},
 		Description: "x", Agent: "build", Prompt: "x"}); !errors.Is(err, asyncagents.ErrNestingDepth) {
 		t.Errorf("a launch from the fork = %v, want ErrNestingDepth", err)
 	}
@@ -191,7 +194,7 @@ func TestRealServerNativeForkRepeatsTheCallersPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() bool { _, err := m.Get(task.ID); return errors.Is(err, asyncagents.ErrTaskNotFound) })
-	if _, err := c.GetSession(context.Background(), task.ID); err != nil {
+	if _, err := c.GetSession(context.Background(), task.SessionID); err != nil {
 		t.Errorf("the fork's session after its caller was deleted: %v (OpenCode 1.18.33 keeps it)", err)
 	}
 }

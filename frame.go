@@ -91,7 +91,10 @@ func formatOutput(out Output, now time.Time, offset int) (string, error) {
 		if p := t.Permission; p != nil {
 			b.WriteString("\nWaiting for permission: " + hints.Permission(p.Permission, p.Patterns))
 		}
-		if t.Status == StatusQueued {
+		if t.Starting {
+			b.WriteString("\nStarting: its session is being prepared; its run has not begun")
+		}
+		if t.Status == StatusQueued && !t.Starting {
 			fmt.Fprintf(&b, "\nPlace in queue: %d (it starts when a slot of its concurrency limit frees)", t.QueuePosition)
 		}
 		if out.TimedOut {

@@ -151,7 +151,7 @@ func TestOutputPagesResult(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m, caller, "held")
 	big := strings.Repeat("é", 400_000) + strings.Repeat("x", 600_000)
-	if err := f.Release(task.ID, opencodetest.Text(big)); err != nil {
+	if err := f.Release(task.SessionID, opencodetest.Text(big)); err != nil {
 		t.Fatal(err)
 	}
 	done := asyncagentstest.Await(t, m, caller, task.ID)
@@ -182,7 +182,7 @@ func TestOutputPagesResult(t *testing.T) {
 		t.Errorf("%d parts of %d characters make up the result of %d", len(parts), utf8.RuneCountInString(whole), utf8.RuneCountInString(done.Result))
 	}
 	short := asyncagentstest.Launch(t, m, caller, "held")
-	if err := f.Release(short.ID, opencodetest.Text("short")); err != nil {
+	if err := f.Release(short.SessionID, opencodetest.Text("short")); err != nil {
 		t.Fatal(err)
 	}
 	asyncagentstest.Await(t, m, caller, short.ID)

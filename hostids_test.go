@@ -94,7 +94,7 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 	if !errors.Is(err, asyncagents.ErrTaskLimit) {
 		t.Errorf("a second task of the parent on the other host: %v, want ErrTaskLimit", err)
 	}
-	asyncagentstest.Release(t, f, first.ID, opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, first.SessionID, opencodetest.Text("done"))
 	asyncagentstest.Await(t, a, parent, first.ID)
 	var last error
 	if !eventually(10*time.Second, func() bool { // once A has stored the end
@@ -116,8 +116,8 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 		t.Errorf("the task after the refused resume: %s, %d resumes, result %q, %v; want it as it was (%s, %d, %q)",
 			after.Status, after.ResumeCount, after.Result, err, before.Status, before.ResumeCount, before.Result)
 	}
-	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[first.ID].Type != "" {
-		t.Errorf("the session of the task after the refused resume: %+v, %v; want it idle", st[first.ID], err)
+	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[first.SessionID].Type != "" {
+		t.Errorf("the session of the task after the refused resume: %+v, %v; want it idle", st[first.SessionID], err)
 	}
 }
 

@@ -142,10 +142,11 @@ func (m *Manager) adopt(tasks []Task) {
 		m.mu.Unlock()
 		return
 	}
-	start, followUps := m.restore(tasks)
+	start, followUps, interrupted := m.restore(tasks)
 	m.recon.wakeOne()
 	m.slots.wakeGranter()
 	m.mu.Unlock()
+	m.interruptStarts(interrupted)
 	m.startQueued(start)
 	for _, e := range followUps {
 		m.sendFollowUp(e)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncagents/asyncagents/manager"
@@ -18,12 +19,25 @@ const (
 // taskIDRE matches a task id: the Manager's own, or a session id (see Task.ID).
 var taskIDRE = regexp.MustCompile(`^(tsk|ses)_[A-Za-z0-9]{1,64}$`)
 
+// lastTaskTime is the time part of the last task id made in this process: ids made in one
+// millisecond count up in its low 12 bits, as OpenCode's do.
+var lastTaskTime atomic.Uint64
+
 // newTaskID returns a new task id made at now: "tsk_", 12 hex digits that sort the newer
 // ids first (as OpenCode's session ids do, which the display ids of manager.Registry count
-// on), and 14 random base62 characters.
+// on; ids made later in this process always sort before), and 14 random base62 characters.
 func newTaskID(now time.Time) string {
 	const hex, base62 = "0123456789abcdef", "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	v := ^(uint64(now.UnixMilli())<<12 | rand.Uint64N(1<<12)) & (1<<48 - 1)
+	t := uint64(now.UnixMilli()) << 12
+	for {
+		last := lastTaskTime.Load()
+		next := max(t, last+1)
+		if lastTaskTime.CompareAndSwap(last, next) {
+			t = next
+			break
+		}
+	}
+	v := ^t & (1<<48 - 1)
 	var id [4 + 12 + 14]byte
 	copy(id[:], taskPrefix)
 	for i := range 12 {

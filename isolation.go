@@ -235,6 +235,19 @@ func (is *isolation) isolate(ctx context.Context, dir string, live func() (map[s
 	return w, nil
 }
 
+// check returns the error isolate would return for dir's repository as it is now, without
+// making a worktree (worktree.Repo.Check).
+func (is *isolation) check(ctx context.Context, dir string, live func() (map[string]bool, bool)) error {
+	r, err := is.repo(ctx, dir, live)
+	if err == nil {
+		err = r.Check(ctx)
+	}
+	if err != nil {
+		return isolationErr(err)
+	}
+	return nil
+}
+
 // started forgets a worktree being started: it is recorded, or was discarded.
 func (is *isolation) started(id string) {
 	is.mu.Lock()

@@ -17,9 +17,15 @@ import (
 )
 
 // isolatedLaunch launches a task of caller in a worktree of its own.
+// isolatedLaunch launches an isolated task and returns it once its start is over.
 func isolatedLaunch(m *asyncagents.Manager, caller asyncagents.Caller, prompt string) (asyncagents.Task, error) {
-	return m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "isolated", Agent: "general",
+	task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "isolated", Agent: "general",
 		Prompt: prompt, Isolation: asyncagents.IsolationWorktree})
+	for err == nil && task.Starting && !task.Status.Terminal() {
+		time.Sleep(5 * time.Millisecond)
+		task, err = m.Get(task.ID)
+	}
+	return task, err
 }
 
 // A project that cannot give a task a worktree is refused with ErrIsolation, and nothing
@@ -140,7 +146,7 @@ func TestIsolatedTaskEndsAfterHostRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store2.Close() })
 	m2 := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store2), fastPoll)
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Reply{Text: "done"})
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Reply{Text: "done"})
 	got := asyncagentstest.Await(t, m2, caller, task.ID)
 	if w := got.Worktree; got.Status != asyncagents.StatusCompleted || w == nil || w.Files != 1 || w.Added != 2 || w.Head == "" {
 		t.Fatalf("after the restart: %s %q, worktree %+v", got.Status, got.Error, got.Worktree)
@@ -181,6 +187,7 @@ func TestIsolatedForkGetsTheDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	task = asyncagentstest.Started(t, m, task)
 	if task.ForkMode != asyncagents.ForkDigest || task.Worktree == nil || task.Directory != task.Worktree.Dir {
 		t.Errorf("isolated native fork: mode %q, directory %q, worktree %+v", task.ForkMode, task.Directory, task.Worktree)
 	}
@@ -198,7 +205,7 @@ func TestDeletedParentRemovesWorktrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asyncagentstest.Await(t, m, caller, task.ID)
+	task = asyncagentstest.Await(t, m, caller, task.ID)
 	if err := f.DeleteSession(context.Background(), caller.SessionID); err != nil {
 		t.Fatal(err)
 	}

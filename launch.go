@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/opencode"
 )
 
@@ -79,11 +78,37 @@ func parseModel(s string) (*opencode.Model, error) {
 	return &opencode.Model{ProviderID: prov, ModelID: id}, nil
 }
 
-// Launch starts a task and returns as soon as the server accepted its prompt; it never
-// waits for the model. The returned task is [StatusRunning], with its DisplayID set — or
-// [StatusQueued], with its QueuePosition, when its concurrency limit ([WithConcurrency]) is
-// full: its session exists (and has the parent's context, for a fork), and its prompt is sent
-// when a slot frees.
+// Launch records a new task and returns it at once, [StatusRunning] (or [StatusQueued] when
+// its model has a concurrency limit, [WithConcurrency]) with Task.Starting set and no session
+// yet: the work of its start is done by the Manager after Launch returned, and never waits
+// for the model. Its DisplayID is set. The start, in launch order for each caller:
+//
+//   - for a fork, reads the caller's messages newest first (GET /session/{id}/message?limit=…&before=…),
+//     only those up to the launching message (Caller.MessageID, when set: the fork is of the
+//     caller as it was at the launch) and only as far back as the child's context reaches
+//     (the latest compaction summary, or what fits the budget), and runs the fork pipeline;
+//   - for an isolated task ([IsolationWorktree]), makes its git worktree;
+//   - creates the child session in the caller's directory, or the worktree
+//     (POST /session?directory=, with the caller's session as parentID, the title
+//     "Background: <description>" or "Background (forked): <description>", and the rules
+//     below); a native fork ([ForkNative]) is instead OpenCode's copy of the caller,
+//     POST /session/{id}/fork?directory=, cut before the launching message, which gets the
+//     rules with PATCH /session/{id} (at the deepest level it is still shown the launch
+//     tools, its caller's tool list, so that the prompt cache holds, and its calls of them
+//     are refused). The session is recorded as Task.SessionID;
+//   - for a digest, sends it as a synthetic part without reply (POST /session/{id}/message
+//     with noReply);
+//   - takes a slot of the task's concurrency limit, or waits queued for one, unsets
+//     Task.Starting, and sends the prompt (POST /session/{id}/prompt_async), each message
+//     with an id of the Manager's choosing.
+//
+// A failure of the start ends the task in [StatusError] with its reason, and the parent is
+// notified once, as for any failed task; a task cancelled or cleared while it starts stops
+// its start, and what was made for it (its session, its worktree) is deleted. A host that
+// stops in the middle leaves the task starting in its store; the next Manager that takes it
+// in ends it in [StatusError] ("the host stopped while the task was starting"), with one
+// notification, and never leaves it stuck. [Manager.Output] of a task still starting shows
+// it so.
 //
 // A task never has more rights than its caller. Its agent must be one the caller may launch
 // as OpenCode's own task tool would let it: the task permission, with the agent's name as the
@@ -97,45 +122,32 @@ func parseModel(s string) (*opencode.Model, error) {
 // [WithMaxActivePerParent] and [WithTreeBudget], under the nearest session above it that is a
 // task or has tasks (Task.AnchorSessionID), found through its parentID chain.
 //
-// Launch validates first and creates nothing on bad input: [ErrForkResumeConflict],
-// [ErrInvalidInput] (an empty description, prompt, agent or caller session, a description
-// longer than [MaxDescriptionChars] or of more than one line, a prompt longer than
-// [MaxPromptChars], a malformed model, or a caller session the server does not know),
-// [ErrNestingDepth], [ErrTaskLimit] (the caller, or the session it counts under, has
-// [WithMaxActivePerParent] active tasks), [ErrBudget] (the caller's tasks, or those of a
-// session above it, used [WithTreeBudget]), [ErrUnknownAgent] (the message names the known
-// agents), [ErrPermissionDenied] (the caller may not launch that agent), [ErrClosed]. It reads
-// the caller session (GET /session/{id}), and the sessions above it when the Manager does not
-// know it, and checks the agent against its directory's (GET /agent?directory=). A launch
-// right after [New] then waits until the Manager's first attempt to open the event stream is
-// over (at most [QuickRequestTimeout]), so that the stream follows the task's run from its
-// start. Then it creates the child session in the caller's directory
-// (POST /session?directory=, with the caller's session as parentID, the title
-// "Background: <description>" or "Background (forked): <description>", and the rules above);
-// a native fork ([ForkNative]) is instead OpenCode's copy of the caller,
-// POST /session/{id}/fork?directory=, which gets the rules with PATCH /session/{id} (at the
-// deepest level it is still shown the launch tools, its caller's tool list, so that the
-// prompt cache holds, and its calls of them are refused); for a fork it reads the caller's messages newest first
-// (GET /session/{id}/message?limit=…&before=…), only as far back as the child's context
-// reaches (the latest compaction summary, or what fits the budget), runs the fork pipeline
-// and sends the result as a synthetic part without reply (POST /session/{id}/message with
-// noReply); it records the task and sends the prompt (POST /session/{id}/prompt_async), each
-// with a message id of its own choosing. With a [HandoffStore], once the task is recorded it
-// reads the caller's tasks other hosts hold, so that its DisplayID is unique among theirs too.
+// Before it records anything, Launch validates, and creates nothing on bad input:
+// [ErrForkResumeConflict], [ErrInvalidInput] (an empty description, prompt, agent or caller
+// session, a description longer than [MaxDescriptionChars] or of more than one line, a
+// prompt longer than [MaxPromptChars], a malformed model, or a caller session the server
+// does not know), [ErrNestingDepth], [ErrTaskLimit] (the caller, or the session it counts
+// under, has [WithMaxActivePerParent] active tasks), [ErrBudget] (the caller's tasks, or those
+// of a session above it, used [WithTreeBudget]), [ErrUnknownAgent] (the message names the
+// known agents), [ErrPermissionDenied] (the caller may not launch that agent), [ErrClosed].
+// It reads the caller session (GET /session/{id}), and the sessions above it when the Manager
+// does not know it, and checks the agent against its directory's (GET /agent?directory=,
+// cached). With a [HandoffStore], once the task is recorded it reads the caller's tasks other
+// hosts hold, so that its DisplayID is unique among theirs too. A task the [Store] cannot
+// record (its Save, or its read of other hosts' tasks, fails: a database out of reach, say)
+// is not started: the error's text says so without the store's own words, which it wraps
+// ([errors.Unwrap]) and the Manager logs.
 //
 // A prompt whose answer is lost (the connection broke after the request may have reached
-// the server) is not a failure: Launch returns the task running, and the Manager finds out
-// from the session whether the prompt arrived (see the package documentation). A failure
-// the server answers with, after the child session exists, leaves the task recorded in
-// [StatusError] with the reason, and Launch returns that task with the error (its ID is set);
-// the parent is notified as for any failed task. A task the [Store] cannot record (its Save,
-// or its read of other hosts' tasks, fails: a database out of reach, say) is not started:
-// its session is deleted, and the error's text says so without the store's own words, which
-// it wraps ([errors.Unwrap]) and the Manager logs. Errors of the server are returned wrapped (see package opencode).
+// the server) is not a failure: the task stays running, and the Manager finds out from the
+// session whether the prompt arrived (see the package documentation).
 func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err := in.check(); err != nil {
 		return Task{}, err
 	}
+	// Right after New, the Manager's first attempt to open the event stream is awaited (at
+	// most QuickRequestTimeout), so that the stream follows the task's run from its start.
+	m.mirrors.awaitStream(ctx, m.bg.quickTimeout(), m.bg.stopc)
 	if err := m.begin(); err != nil {
 		return Task{}, err
 	}
@@ -180,49 +192,20 @@ func (m *Manager) Launch(ctx context.Context, in LaunchInput) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	dir := plan.parent.Directory
-	if isolated {
-		if plan.worktree, err = m.isolation.isolate(ctx, dir, m.liveWorktrees); err != nil {
+	if isolated { // a project that cannot give it a worktree is refused now
+		if err := m.isolation.check(ctx, caller.Directory, m.liveWorktrees); err != nil {
 			return Task{}, err
 		}
-		dir = plan.worktree.Dir
-		defer m.isolation.started(plan.worktree.ID) // recorded, or removed, by then
 	}
-	var sess *opencode.Session
-	if plan.mode == ForkNative {
-		sess, plan.baseline, err = m.forkChild(ctx, in, dir, plan.rules)
-	} else {
-		sess, err = m.createChild(ctx, in, dir, plan.rules)
-	}
-	if err != nil {
-		m.isolation.unisolate(m.bg.ctx, plan.worktree, m.cfg.logger)
-		return Task{}, err
-	}
-	start := false
-	if e, start, err = m.register(in, sess, plan); err != nil {
-		m.isolation.unisolate(m.bg.ctx, plan.worktree, m.cfg.logger)
+	if e, err = m.register(in, plan); err != nil {
 		return Task{}, err // e, when set, was counted and taken back
 	}
 	// The caller's tasks other hosts stored, read once this one is stored: the id shown is
 	// unique among them too, and of two launches at once on two hosts the later read sees
 	// both, so the two are never shown the same id.
 	m.hosts.remote(in.Caller.SessionID)
-	if plan.injection != "" {
-		if err := injectContext(ctx, m.client, sess.ID, e.run.baseline, in.Agent, plan.injection); err != nil {
-			return m.failLaunch(e, 0, fmt.Errorf("asyncagents: inject parent context: %w", err))
-		}
-		start = m.takeSlot(e) // the context is there: the run may take its slot now
-	}
-	if !start {
-		if m.slots.shared != nil { // the store may grant it a slot at once
-			m.startQueued(m.slots.grant(ctx, &m.mu, m.cfg.logger, m.startedLocked))
-		}
-		return m.snapshot(e), nil // queued: it starts when a slot frees (or was cancelled meanwhile)
-	}
-	launched := m.snapshot(e) // as sent: the run may end before this returns
-	if err := m.sendPrompt(ctx, e, 0); err != nil {
-		return m.failLaunch(e, 0, fmt.Errorf("asyncagents: send prompt: %w", err))
-	}
+	launched := m.snapshot(e) // as recorded: its start may be over before this returns
+	m.starts.enqueue(m, startJob{e: e, in: in, plan: plan})
 	return launched, nil
 }
 
@@ -261,26 +244,19 @@ func (in *LaunchInput) check() error {
 	return in.Budget.check("task")
 }
 
-// launchPlan is what a launch learned from the server before creating anything: the parent
-// session, where the task counts, its session's permission rules and, for a fork, the context
-// to inject.
+// launchPlan is what a launch learned from the server before recording its task: the parent
+// session, where the task counts, and its session's permission rules (those of the deepest
+// level are added by the start, which knows the fork mode).
 type launchPlan struct {
-	parent    *opencode.Session
-	at        placement
-	rules     []opencode.PermissionRule
-	injection string
-	stats     *fork.Stats
-	mode      ForkMode  // for a fork: the mode used
-	baseline  string    // a native fork's newest copied message
-	worktree  *Worktree // an isolated task's worktree
+	parent   *opencode.Session
+	at       placement
+	rules    []opencode.PermissionRule
+	deepest  bool // the task is at the deepest level of WithNestingDepth
+	isolated bool // it works in a worktree of its own
 }
 
 // planLaunch checks the agent against the caller's directory's agents (GET /agent) and the
-// caller's rights to launch it, works out the task session's permission rules, and for a
-// fork runs the pipeline on the caller's messages, newest first, only as far back as the
-// child's context reaches. An isolated fork gets the digest: OpenCode 1.18.33 puts a native
-// fork in the parent's directory, whatever the request names, where it would work on the
-// parent's files.
+// caller's rights to launch it, and works out the task session's permission rules.
 func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *opencode.Session, at placement, isolated bool) (launchPlan, error) {
 	agent, err := m.agents.check(ctx, m.client, m.bg.clock, parent.Directory, in.Agent)
 	if err != nil {
@@ -297,24 +273,11 @@ func (m *Manager) planLaunch(ctx context.Context, in LaunchInput, parent *openco
 	if err := checkTaskAgent(callerAgent, parent.Permission, agent); err != nil {
 		return launchPlan{}, err
 	}
-	plan := launchPlan{parent: parent, at: at}
+	plan := launchPlan{parent: parent, at: at, deepest: at.depth >= m.cfg.nestingDepth, isolated: isolated}
 	if callerAgent != nil {
 		plan.rules = inheritedRules(callerAgent.Permission, parent.Permission)
 	} else {
 		plan.rules = inheritedRules(nil, parent.Permission)
-	}
-	if in.Fork {
-		r, err := m.cfg.pipeline.RunPages(ctx, fork.SessionPages(m.client, in.Caller.SessionID))
-		if err != nil {
-			return launchPlan{}, callerErr(in.Caller.SessionID, err)
-		}
-		plan.injection, plan.stats, plan.mode = r.Injection(), &r.Stats, ForkDigest
-		if cmp.Or(in.ForkMode, m.cfg.forkMode) == ForkNative && native(r.Stats) && !isolated {
-			plan.injection, plan.mode = "", ForkNative
-		}
-	}
-	if at.depth >= m.cfg.nestingDepth {
-		plan.rules = append(plan.rules, deepestRules(m.cfg.toolPrefix, plan.mode != ForkNative)...)
 	}
 	return plan, nil
 }
@@ -336,55 +299,49 @@ func (m *Manager) createChild(ctx context.Context, in LaunchInput, dir string, r
 	return sess, nil
 }
 
-// register records the task of a launch in session sess, in its parent's open batch, with
-// the message ids of its context (for a fork) and prompt, and persists it; its reservation
-// becomes its count. It is running, unless its concurrency limit is full: then it is queued
-// and starts when a slot frees. A fork is queued until its context is in its session
-// (takeSlot). start reports whether Launch sends the prompt now.
-func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPlan) (e *entry, start bool, err error) {
+// register records the task of a launch, starting (Task.Starting) and without a session yet,
+// in its parent's open batch, and persists it; its reservation becomes its count. It is
+// running (holding a slot of its model's concurrency limit, when it has one and a slot is
+// free here), or queued: it waits for a slot once its start is done (startTask).
+func (m *Manager) register(in LaunchInput, plan launchPlan) (e *entry, err error) {
 	status := StatusRunning
 	if _, limit := m.cfg.limits.keyOf(in.Model); limit > 0 {
 		status = StatusQueued // until slots.take says it may start
 	}
-	e = &entry{done: make(chan struct{}), isolated: plan.worktree != nil, task: Task{
-		ID: sess.ID, SessionID: sess.ID, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
-		ParentAgent: in.Caller.Agent, Directory: sess.Directory, Server: m.hosts.server(), Description: in.Description,
+	mode := ForkMode("")
+	if in.Fork {
+		mode = cmp.Or(in.ForkMode, m.cfg.forkMode) // as asked; the start may use a digest instead
+	}
+	e = &entry{done: make(chan struct{}), isolated: plan.isolated, task: Task{
+		ID: newTaskID(m.bg.now()), Starting: true, ParentSessionID: in.Caller.SessionID, ParentMessageID: in.Caller.MessageID,
+		ParentAgent: in.Caller.Agent, Directory: plan.parent.Directory, Server: m.hosts.server(), Description: in.Description,
 		Prompt: in.Prompt, Agent: in.Agent, Model: in.Model, Status: status,
-		Started: m.bg.now(), Forked: in.Fork, ForkMode: plan.mode, ForkStats: plan.stats, Depth: plan.at.depth, AnchorSessionID: anchorOf(in.Caller.SessionID, plan.at.anchor),
-		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget), Worktree: plan.worktree.clone(),
+		Started: m.bg.now(), Forked: in.Fork, ForkMode: mode, Depth: plan.at.depth, AnchorSessionID: anchorOf(in.Caller.SessionID, plan.at.anchor),
+		Deadline: cmp.Or(in.Deadline, m.cfg.deadline), Budget: in.Budget.or(m.cfg.taskBudget),
 		LaunchKey: in.IdempotencyKey,
 	}}
 	m.mu.Lock()
-	if !m.tasks.add(e) { // the server handed out an id twice
+	if !m.tasks.add(e) { // an id made twice
 		m.mu.Unlock()
-		return nil, false, fmt.Errorf("asyncagents: create task session: the server returned the existing session %s", sess.ID)
+		return nil, fmt.Errorf("asyncagents: record the task: the id %s is taken", e.task.ID)
 	}
-	e.task.BatchID = sess.ID
+	e.task.BatchID = e.task.ID
 	if open, ok := m.tasks.open[in.Caller.SessionID]; ok {
 		e.task.BatchID = open // joins the batch of the parent's active tasks
 	}
 	m.tasks.open[in.Caller.SessionID] = e.task.BatchID
-	baseline := ""
-	switch {
-	case plan.injection != "":
-		baseline = opencode.NewMessageID(m.bg.now(), "") // the context's message
-	case plan.mode == ForkNative:
-		baseline = plan.baseline // the caller's messages, copied
-	}
-	e.startRun(m.bg.now(), baseline)
+	e.startRun(m.bg.now(), "")
 	b := m.tasks.batch(e.task.BatchID)
 	b.total++
 	b.active++
-	start = status == StatusRunning
-	if !start && plan.injection == "" && m.slots.take(e) { // else it waits in the queue
-		e.task.Status, start = StatusRunning, true
+	if status == StatusQueued && m.slots.takeFree(e) { // else it waits for one once started
+		e.task.Status = StatusRunning
 	}
-	m.mirrors.start(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
 	if err := m.persist(e); err != nil {
 		// Not stored: a host that stopped now would leave a task no one knows of. It is
-		// taken back (its count and slot with it) before anything runs in its session.
+		// taken back (its count and slot with it) before anything is made for it.
 		var start []*entry
 		m.mu.Lock()
 		if !e.removed { // a lost lease's save dropped it already
@@ -392,14 +349,13 @@ func (m *Manager) register(in LaunchInput, sess *opencode.Session, plan launchPl
 		}
 		m.mu.Unlock()
 		m.startQueued(start)
-		m.bg.deleteSession(m.client, sess.ID)
 		if errors.Is(err, ErrTaskLimit) || errors.Is(err, ErrBudget) { // another host's tasks count too
-			return e, false, err
+			return e, err
 		}
-		m.cfg.logger.Error("asyncagents: a launched task could not be recorded; it was not started", "task", sess.ID, "err", err)
-		return e, false, storeError{"the task could not be recorded", err}
+		m.cfg.logger.Error("asyncagents: a launched task could not be recorded; it was not started", "task", e.task.ID, "err", err)
+		return e, storeError{"the task could not be recorded", err}
 	}
-	return e, start, nil
+	return e, nil
 }
 
 // storeError is a launch's failure to read or write the store: its text, which a model

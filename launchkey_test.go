@@ -46,7 +46,7 @@ func TestRetriedLaunchReturnsTheSameTask(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			ids[i] = task.ID
+			ids[i] = track(task)
 		})
 	}
 	wg.Wait()
@@ -111,7 +111,7 @@ func TestRetriedLaunchOnAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !testmain.Eventually(10*time.Second, func() bool { return asyncagents.FollowsOther(b, first.ID) }) {
+	if !testmain.Eventually(10*time.Second, func() bool { return asyncagents.FollowsOther(b, asyncagentstest.Started(t, a, first).SessionID) }) {
 		t.Fatal("the second host never read the first's task")
 	}
 	before := f.SessionCount()

@@ -75,13 +75,13 @@ func TestExpiredLeasesClaimedByAnotherHost(t *testing.T) {
 	}
 	var ids []string
 	for i := range 6 {
-		ids = append(ids, asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, track(asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i)))))
 	}
 	if err := a.Close(context.Background()); err != nil { // its store keeps the leases
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done "+id))
 	}
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, url)), asyncagents.WithPollInterval(200*time.Millisecond))
 	waitCompleted(t, b, ids)
@@ -107,12 +107,12 @@ func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
 	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(storeA), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
 	for i := range 4 {
-		ids = append(ids, asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, track(asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i)))))
 	}
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, db)), asyncagents.WithPollInterval(200*time.Millisecond))
 	proxy.Cut()
 	for _, id := range ids {
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done "+id))
 	}
 	waitCompleted(t, b, ids)
 	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
@@ -147,11 +147,11 @@ func TestDatabaseRestartLosesNothing(t *testing.T) {
 	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithPollInterval(200*time.Millisecond))
 	var ids []string
 	for i := range 4 {
-		ids = append(ids, asyncagentstest.Launch(t, m, caller, "task "+string(rune('a'+i))).ID)
+		ids = append(ids, track(asyncagentstest.Launch(t, m, caller, "task "+string(rune('a'+i)))))
 	}
 	srv.Stop()
 	for _, id := range ids {
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done "+id))
 	}
 	waitCompleted(t, m, ids)
 	settledNotifications(t, f, caller.SessionID, 0)
@@ -210,7 +210,7 @@ func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 	var owner []*asyncagents.Manager
 	for i, m := range []*asyncagents.Manager{a, b, a, b, a} {
 		task := asyncagentstest.Launch(t, m, caller, fmt.Sprintf("task %d", i))
-		ids, owner = append(ids, task.ID), append(owner, m)
+		ids, owner = append(ids, track(task)), append(owner, m)
 		want := asyncagents.StatusQueued
 		if i < 2 {
 			want = asyncagents.StatusRunning
@@ -221,7 +221,7 @@ func TestConcurrencyLimitHoldsAcrossHosts(t *testing.T) {
 	}
 	for i := range ids {
 		// Ending the oldest running task starts the next in launch order.
-		asyncagentstest.Release(t, f, ids[i], opencodetest.Text("done"))
+		asyncagentstest.Release(t, f, sessionOf(ids[i]), opencodetest.Text("done"))
 		asyncagentstest.AwaitTask(t, owner[i], ids[i], func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusCompleted })
 		if next := i + 2; next < len(ids) {
 			asyncagentstest.AwaitTask(t, owner[next], ids[next], func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
@@ -248,7 +248,7 @@ func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 	ctx := t.Context()
 	var ids []string
 	for i := range 3 {
-		ids = append(ids, asyncagentstest.Launch(t, a, caller, fmt.Sprint("task ", i)).ID)
+		ids = append(ids, track(asyncagentstest.Launch(t, a, caller, fmt.Sprint("task ", i))))
 	}
 	listed, err := b.List(caller, "")
 	if err != nil || len(listed) != 3 {
@@ -269,20 +269,20 @@ func TestEveryOperationWorksFromAnyHost(t *testing.T) {
 		t.Fatalf("Cancel on B of A's task: %+v, %v", cancelled.Status, err)
 	}
 	// Task 0 ends: B completes it; a blocking Output there returns it.
-	asyncagentstest.Release(t, f, ids[0], opencodetest.Text("done 0"))
+	asyncagentstest.Release(t, f, sessionOf(ids[0]), opencodetest.Text("done 0"))
 	out, err = b.Output(ctx, caller, ids[0], asyncagents.OutputOptions{Block: true, Timeout: 10 * time.Second})
 	if err != nil || out.Task.Status != asyncagents.StatusCompleted {
 		t.Fatalf("blocking Output on B: %+v, %v", out.Task.Status, err)
 	}
 	// Task 2 ends on A.
-	asyncagentstest.Release(t, f, ids[2], opencodetest.Text("done 2"))
+	asyncagentstest.Release(t, f, sessionOf(ids[2]), opencodetest.Text("done 2"))
 	waitCompleted(t, a, ids[2:])
 	// Resume on A brings task 0 back.
 	resumed, err := a.Resume(ctx, caller, ids[0], "again")
 	if err != nil || resumed.Status != asyncagents.StatusResumed {
 		t.Fatalf("Resume on A of the task B holds: %+v, %v", resumed.Status, err)
 	}
-	asyncagentstest.Release(t, f, ids[0], opencodetest.Text("done again"))
+	asyncagentstest.Release(t, f, sessionOf(ids[0]), opencodetest.Text("done again"))
 	waitCompleted(t, a, ids[:1])
 	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, 4) // 0, 1 (cancelled), 2, and 0's second run
 	// Clear on B brings back every task of the caller A holds and removes them all.
@@ -327,16 +327,16 @@ func TestTaskClaimedOnlyByAHostOfItsServer(t *testing.T) {
 		if task.Server != "one" {
 			t.Fatalf("task of server one records server %q", task.Server)
 		}
-		ids = append(ids, task.ID)
+		ids = append(ids, track(task))
 	}
 	onTwo := asyncagentstest.Launch(t, b, callerTwo, "task on two")
 	if err := a.Close(context.Background()); err != nil { // its leases expire
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		asyncagentstest.Release(t, one, id, opencodetest.Text("done "+id))
+		asyncagentstest.Release(t, one, sessionOf(id), opencodetest.Text("done "+id))
 	}
-	asyncagentstest.Release(t, two, onTwo.ID, opencodetest.Text("done on two"))
+	asyncagentstest.Release(t, two, onTwo.SessionID, opencodetest.Text("done on two"))
 	waitCompleted(t, b, []string{onTwo.ID})
 	time.Sleep(2 * leaseTestLease)
 	for _, id := range ids {
@@ -365,7 +365,7 @@ func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
 		asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	var ids []string
 	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
-		ids = append(ids, asyncagentstest.Launch(t, m, caller, fmt.Sprint("task ", len(ids))).ID)
+		ids = append(ids, track(asyncagentstest.Launch(t, m, caller, fmt.Sprint("task ", len(ids)))))
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
@@ -373,7 +373,7 @@ func TestLaunchDuringRenewKeepsTheTask(t *testing.T) {
 		if _, err := m.Get(id); err != nil {
 			t.Fatalf("task %s dropped by the Manager that launched it (no other host): %v", id, err)
 		}
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done"))
 	}
 	waitCompleted(t, m, ids)
 	asyncagentstest.AwaitNotifications(t, f, caller.SessionID, len(ids))
@@ -401,7 +401,7 @@ func TestSlotFreedWhenHostStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := asyncagentstest.Launch(t, a, caller, "x")
-	asyncagentstest.Release(t, f, x.ID, opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, x.SessionID, opencodetest.Text("done"))
 	waitCompleted(t, a, []string{x.ID})
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -508,9 +508,9 @@ func TestHandoverOfAMergedNotificationNotifiesOnce(t *testing.T) {
 			t.Fatalf("no save of %s held", want)
 		}
 	}
-	release(t, f, w)
+	release(t, a, f, w)
 	heldIs(w) // w's notification is being recorded: x's and y's queue behind it
-	release(t, f, x, y)
+	release(t, a, f, x, y)
 	waitRunEndsRecorded(t, a, x, y)
 	close(gateW)
 	heldIs(x)                                    // x's and y's, merged, are being recorded
@@ -546,8 +546,8 @@ func endHeldAfterPost(t *testing.T, a *asyncagents.Manager, f *opencodetest.Fake
 	closeAtCleanup(t, release)
 	var once sync.Once
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
-	id = asyncagentstest.Launch(t, a, caller, "task").ID
-	asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
+	id = track(asyncagentstest.Launch(t, a, caller, "task"))
+	asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done"))
 	select {
 	case <-posted:
 	case <-time.After(20 * time.Second):
@@ -605,8 +605,8 @@ func TestResumeDuringHandoverChangesNothing(t *testing.T) {
 	if err != nil || task.ResumeCount != 1 {
 		t.Fatalf("Resume on B: %+v, %v", task.ResumeCount, err)
 	}
-	asyncagentstest.AwaitBusy(t, f, id)
-	asyncagentstest.Release(t, f, id, opencodetest.Text("done again"))
+	asyncagentstest.AwaitBusy(t, f, sessionOf(id))
+	asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done again"))
 	asyncagentstest.AwaitTask(t, b, id, func(tk asyncagents.Task) bool {
 		return tk.Status == asyncagents.StatusCompleted && asyncagentstest.Delivered(tk)
 	})
@@ -640,7 +640,7 @@ func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 	opts := []asyncagents.Option{asyncagents.WithFollowUpQueue(1), asyncagents.WithPollInterval(200 * time.Millisecond)}
 	a := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(store))...)
 	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
-	id := asyncagentstest.Launch(t, a, caller, "task").ID
+	id := track(asyncagentstest.Launch(t, a, caller, "task"))
 	store.until.Store(time.Now().Add(2500 * time.Millisecond).UnixNano()) // A sees B's request within 1 s
 	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil {
 		t.Fatalf("queue a follow-up on A: %v", err)
@@ -656,7 +656,7 @@ func TestHandoverAfterFailedSaveKeepsTheTask(t *testing.T) {
 		t.Fatalf("A still has the task B took over: %v", err)
 	}
 	for i, want := range []int{1, 2} { // the run, then the follow-up's
-		asyncagentstest.Release(t, f, id, opencodetest.Text(fmt.Sprint("done ", i)))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text(fmt.Sprint("done ", i)))
 		asyncagentstest.AwaitNotifications(t, f, caller.SessionID, want)
 	}
 	waitCompleted(t, b, []string{id})
@@ -678,12 +678,12 @@ func TestFollowUpKeptDuringHandover(t *testing.T) {
 	asyncagents.SetAfterPost(a, func() { once.Do(func() { close(posted); <-release }) })
 	b := asyncagentstest.NewManager(t, f, append(opts, asyncagents.WithStore(openPG(t, url)))...)
 	closeAtCleanup(t, release)
-	id := asyncagentstest.Launch(t, a, caller, "task").ID
+	id := track(asyncagentstest.Launch(t, a, caller, "task"))
 	ctx := t.Context()
 	if _, err := a.Resume(ctx, caller, id, "second"); err != nil {
 		t.Fatal(err)
 	}
-	asyncagentstest.Release(t, f, id, opencodetest.Text("done 1")) // run 2 starts: the follow-up
+	asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done 1")) // run 2 starts: the follow-up
 	select {
 	case <-posted: // run 1's notification, held between its post and its outcome
 	case <-time.After(20 * time.Second):
@@ -698,7 +698,7 @@ func TestFollowUpKeptDuringHandover(t *testing.T) {
 		out <- err
 	}()
 	time.Sleep(1500 * time.Millisecond) // A sees B's request and waits for the held delivery
-	waitFor(t, 10*time.Second, func() bool { return f.Release(id, opencodetest.Text("done 2")) == nil })
+	waitFor(t, 10*time.Second, func() bool { return f.Release(sessionOf(id), opencodetest.Text("done 2")) == nil })
 	asyncagentstest.AwaitTask(t, a, id, func(tk asyncagents.Task) bool { // A decides run 2 while handing the task over
 		return tk.Status.Terminal()
 	})
@@ -706,7 +706,7 @@ func TestFollowUpKeptDuringHandover(t *testing.T) {
 	if err := <-out; err != nil {
 		t.Fatalf("Output on B: %v", err)
 	}
-	waitFor(t, 20*time.Second, func() bool { return f.Release(id, opencodetest.Text("done 3")) == nil }) // B sent "third"
+	waitFor(t, 20*time.Second, func() bool { return f.Release(sessionOf(id), opencodetest.Text("done 3")) == nil }) // B sent "third"
 	waitCompleted(t, b, []string{id})
 	task, err := b.Get(id)
 	if err != nil || task.ResumeCount != 2 || len(task.FollowUps) != 0 {
@@ -727,7 +727,7 @@ func TestHandoverRetriesBackOff(t *testing.T) {
 	opt := asyncagents.WithFollowUpQueue(1)
 	a := asyncagentstest.NewManager(t, f, fastPoll, opt, asyncagents.WithStore(store))
 	b := asyncagentstest.NewManager(t, f, fastPoll, opt, asyncagents.WithStore(openPG(t, url)))
-	id := asyncagentstest.Launch(t, a, caller, "task").ID
+	id := track(asyncagentstest.Launch(t, a, caller, "task"))
 	store.until.Store(time.Now().Add(time.Hour).UnixNano())
 	if _, err := a.Resume(t.Context(), caller, id, "and then this"); err != nil { // a change A cannot save
 		t.Fatalf("queue a follow-up on A: %v", err)

@@ -69,7 +69,7 @@ func TestBlockedOutputsShareTheEnd(t *testing.T) {
 	}
 
 	clock.Advance(3 * time.Second)
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
 	var retrieved time.Time
 	for range n {
 		out := <-outs
@@ -116,7 +116,7 @@ func TestBlockedOutputsGetTheirRunsEnd(t *testing.T) {
 				outs <- out
 			}()
 		}
-		asyncagentstest.Release(t, f, task.ID, opencodetest.Text(reply))
+		asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text(reply))
 		for range cap(outs) {
 			if out := <-outs; out.Task.Result != reply || out.Task.ResumeCount != run {
 				t.Fatalf("run %d: Output = %q (resume %d), want %q", run, out.Task.Result, out.Task.ResumeCount, reply)
@@ -147,10 +147,10 @@ func TestNotificationBurstInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks = append(tasks, task)
+		tasks = append(tasks, asyncagentstest.Started(t, m, task))
 	}
 	for _, task := range tasks {
-		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+		asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
 	}
 	for _, parent := range []asyncagents.Caller{busy, other} {
 		var mine []asyncagents.Task
@@ -241,7 +241,7 @@ func TestReconcileBurstIsBounded(t *testing.T) {
 	open := func() { once.Do(func() { close(g.gate) }) }
 	defer open()
 	for _, task := range tasks {
-		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+		asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
 	}
 	waitFor(t, 10*time.Second, func() bool { return g.cur.Load() == limit })
 	time.Sleep(50 * time.Millisecond)
@@ -331,13 +331,13 @@ func TestRunEndedWhileNoHostFollowedKeepsItsOwnDuration(t *testing.T) {
 	}
 	caller := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m1, caller, "held")
-	asyncagentstest.AwaitBusy(t, f, task.ID)
+	asyncagentstest.AwaitBusy(t, f, task.SessionID)
 	if err := m1.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(40 * time.Second)
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
-	waitFor(t, 10*time.Second, func() bool { return !busy(t.Context(), f, task.ID) })
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
+	waitFor(t, 10*time.Second, func() bool { return !busy(t.Context(), f, task.SessionID) })
 	clock.Advance(time.Hour) // no Manager follows the task meanwhile
 	m2 := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithClock(clock))
 	got := asyncagentstest.AwaitTask(t, m2, task.ID, asyncagentstest.Delivered)

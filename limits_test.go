@@ -37,7 +37,7 @@ func TestConcurrencyLimitsQueueInLaunchOrder(t *testing.T) {
 		t.Fatalf("d after the cancel: #%d", got.QueuePosition)
 	}
 	// a fails: b starts.
-	asyncagentstest.Release(t, f, a.ID, opencodetest.Fail(400))
+	asyncagentstest.Release(t, f, a.SessionID, opencodetest.Fail(400))
 	if got := asyncagentstest.Await(t, m, caller, a.ID); got.Status != asyncagents.StatusError {
 		t.Fatalf("a = %s", got.Status)
 	}
@@ -59,7 +59,7 @@ func TestConcurrencyLimitsQueueInLaunchOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	asyncagentstest.AwaitTask(t, m2, d.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
-	asyncagentstest.Release(t, f, d.ID, opencodetest.Text("d done"))
+	asyncagentstest.Release(t, f, d.SessionID, opencodetest.Text("d done"))
 	if got := asyncagentstest.Await(t, m2, caller, d.ID); got.Status != asyncagents.StatusCompleted || got.Result != "d done" {
 		t.Fatalf("d = %s %q", got.Status, got.Result)
 	}
@@ -97,7 +97,7 @@ func TestRealServerConcurrencyLimitQueues(t *testing.T) {
 	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
 		t.Fatalf("first %s, second %s", first.Status, second.Status)
 	}
-	if busy(ctx, c, second.ID) {
+	if busy(ctx, c, second.SessionID) {
 		t.Fatal("the queued task's session is busy")
 	}
 	got := asyncagentstest.Await(t, m, caller, second.ID)
@@ -146,7 +146,7 @@ func TestMaxActivePerParent(t *testing.T) {
 	}
 	// a ends, and d takes its place; resuming a would make three active (c and d): refused,
 	// and a is left as it was.
-	asyncagentstest.Release(t, f, a.ID, opencodetest.Text("a done"))
+	asyncagentstest.Release(t, f, a.SessionID, opencodetest.Text("a done"))
 	asyncagentstest.Await(t, m, caller, a.ID)
 	before, _ := m.Get(a.ID)
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "d"}); err != nil {

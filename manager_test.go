@@ -38,7 +38,7 @@ func TestResumeRacesCompletion(t *testing.T) {
 	m := asyncagentstest.NewManager(t, f, fastPoll)
 	caller := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m, caller, "first")
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("one"))
 	asyncagentstest.Await(t, m, caller, task.ID)
 	for round := range 20 {
 		if _, err := m.Resume(context.Background(), caller, task.ID, "again"); err != nil {
@@ -48,14 +48,14 @@ func TestResumeRacesCompletion(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_ = f.Release(task.ID, opencodetest.Text("done"))
+			_ = f.Release(task.SessionID, opencodetest.Text("done"))
 		}()
 		go func() {
 			defer wg.Done()
 			for range 50 {
 				_, err := m.Resume(context.Background(), caller, task.ID, "racing")
 				if err == nil {
-					_ = f.Release(task.ID, opencodetest.Text("raced"))
+					_ = f.Release(task.SessionID, opencodetest.Text("raced"))
 					return
 				}
 				if !errors.Is(err, asyncagents.ErrTaskBusy) {
@@ -96,7 +96,7 @@ func TestStoreSavesInOrder(t *testing.T) {
 	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
 	caller := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m, caller, "work")
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("result"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("result"))
 	<-store.blocked // the completion's save is in flight
 	out := make(chan asyncagents.Output, 1)
 	go func() {
@@ -290,7 +290,7 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 	}
 
 	boom := asyncagentstest.Launch(t, m, caller, "SLEEP:0.5")
-	p.messagesOf.Store(boom.ID)
+	p.messagesOf.Store(boom.SessionID)
 	failed := asyncagentstest.Await(t, m, caller, boom.ID)
 	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
 		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)
@@ -350,23 +350,23 @@ func TestNestingDepth(t *testing.T) {
 		return s.Permission
 	}
 	top := asyncagentstest.Launch(t, m, parent, "RUN:echo top")
-	if top.Depth != 1 || len(rules(top.ID)) != 0 {
-		t.Fatalf("depth-1 task: depth %d, rules %v; want no rule", top.Depth, rules(top.ID))
+	if top.Depth != 1 || len(rules(top.SessionID)) != 0 {
+		t.Fatalf("depth-1 task: depth %d, rules %v; want no rule", top.Depth, rules(top.SessionID))
 	}
-	child := asyncagentstest.Launch(t, m, asyncagents.Caller{SessionID: top.ID, Agent: "general"}, "RUN:echo child")
+	child := asyncagentstest.Launch(t, m, asyncagents.Caller{SessionID: top.SessionID, Agent: "general"}, "RUN:echo child")
 	deny := []opencode.PermissionRule{ // the launch tools: this bridge's, any bridge's, OpenCode's
 		{Permission: "asyncagents_*", Pattern: "*", Action: "deny"},
 		{Permission: "*_task", Pattern: "*", Action: "deny"},
 		{Permission: "task", Pattern: "*", Action: "deny"},
 	}
-	if child.Depth != 2 || !slices.Equal(rules(child.ID), deny) {
-		t.Fatalf("depth-2 task: depth %d, rules %v; want %v", child.Depth, rules(child.ID), deny)
+	if child.Depth != 2 || !slices.Equal(rules(child.SessionID), deny) {
+		t.Fatalf("depth-2 task: depth %d, rules %v; want %v", child.Depth, rules(child.SessionID), deny)
 	}
-	tooDeep := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: child.ID}, Description: "d", Agent: "general", Prompt: "p"}
+	tooDeep := asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: child.SessionID}, Description: "d", Agent: "general", Prompt: "p"}
 	if _, err := m.Launch(context.Background(), tooDeep); !errors.Is(err, asyncagents.ErrNestingDepth) {
 		t.Fatalf("launch at depth 3 = %v, want ErrNestingDepth", err)
 	}
-	asyncagentstest.Await(t, m, asyncagents.Caller{SessionID: top.ID}, child.ID)
+	asyncagentstest.Await(t, m, asyncagents.Caller{SessionID: top.SessionID}, child.ID)
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestNestingDepth(t *testing.T) {
 		t.Fatalf("after a restart: launch at depth 3 = %v, want ErrNestingDepth", err)
 	}
 	m3 := asyncagentstest.NewManager(t, f, fastPoll)
-	if _, err := m3.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: top.ID},
+	if _, err := m3.Launch(context.Background(), asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: top.SessionID},
 		Description: "d", Agent: "general", Prompt: "p"}); err != nil {
 		t.Fatalf("a Manager that does not know top as a task: %v", err)
 	}
@@ -399,11 +399,11 @@ func TestFollowUpQueue(t *testing.T) {
 	if stored, _ := store.Load(context.Background()); len(stored) != 1 || !slices.Equal(stored[0].FollowUps, []string{"second"}) {
 		t.Fatalf("stored = %+v", stored)
 	}
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("one"))
 	asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool {
 		return tk.ResumeCount == 1 && tk.Status == asyncagents.StatusResumed && len(tk.FollowUps) == 0
 	})
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("two"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("two"))
 	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "two" || got.ResumeCount != 1 {
 		t.Fatalf("after the follow-up: %+v", got)
 	}
@@ -485,7 +485,8 @@ func TestLaunchInParentDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess, err := f.GetSession(context.Background(), task.ID)
+		task = asyncagentstest.Started(t, m, task)
+		sess, err := f.GetSession(context.Background(), task.SessionID)
 		if err != nil || sess.Directory != "/work/other" || task.Directory != "/work/other" {
 			t.Fatalf("fork %v: task in %q, session %+v, %v", fork, task.Directory, sess, err)
 		}
@@ -519,6 +520,7 @@ func TestPromptLostBeforeHostStopped(t *testing.T) {
 	if err != nil || task.Status != asyncagents.StatusRunning || task.PromptID == "" {
 		t.Fatalf("launch with its prompt's answer lost = %s %q, %v; want running with a prompt id", task.Status, task.Error, err)
 	}
+	task = asyncagentstest.Started(t, m1, task) // its prompt was sent, its answer lost
 	if err := m1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +529,7 @@ func TestPromptLostBeforeHostStopped(t *testing.T) {
 	if got := asyncagentstest.Await(t, m2, caller, task.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: once" {
 		t.Fatalf("after the restart: %s %q %q", got.Status, got.Error, got.Result)
 	}
-	msgs, err := f.Messages(context.Background(), task.ID, 0)
+	msgs, err := f.Messages(context.Background(), task.SessionID, 0)
 	if err != nil || len(msgs) < 1 || msgs[0].Info.ID != task.PromptID || len(msgs[0].Parts) != 1 {
 		t.Fatalf("the server's messages = %+v, %v; want the prompt once, under its id", msgs, err)
 	}
@@ -569,10 +571,10 @@ func TestResumeWhileAFollowUpStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
-	c.id, c.held, c.gate = task.ID, make(chan struct{}), make(chan struct{})
+	c.id, c.held, c.gate = task.SessionID, make(chan struct{}), make(chan struct{})
 	held, gate := c.held, c.gate
 	c.mu.Unlock()
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("one"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("one"))
 	select {
 	case <-held: // the run ended; "second" is being started
 	case <-time.After(10 * time.Second):
@@ -586,14 +588,14 @@ func TestResumeWhileAFollowUpStarts(t *testing.T) {
 	for i, result := range []string{"two", "three"} {
 		waitFor(t, 10*time.Second, func() bool {
 			tk, _ := m.Get(task.ID)
-			return tk.ResumeCount == i+1 && tk.Status == asyncagents.StatusResumed && busy(context.Background(), f, task.ID)
+			return tk.ResumeCount == i+1 && tk.Status == asyncagents.StatusResumed && busy(context.Background(), f, task.SessionID)
 		})
-		asyncagentstest.Release(t, f, task.ID, opencodetest.Text(result))
+		asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text(result))
 	}
 	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "three" || got.ResumeCount != 2 {
 		t.Fatalf("after both follow-ups: %+v", got)
 	}
-	msgs, err := f.Messages(context.Background(), task.ID, 0)
+	msgs, err := f.Messages(context.Background(), task.SessionID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

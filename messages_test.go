@@ -62,7 +62,7 @@ func checkFullSession(t *testing.T, c opencode.Client) {
 		t.Errorf("without the include flags:\n%s", plain)
 	}
 
-	msgs, err := c.Messages(context.Background(), task.ID, 0)
+	msgs, err := c.Messages(context.Background(), task.SessionID, 0)
 	if err != nil || len(msgs) < 4 {
 		t.Fatalf("%d messages, %v", len(msgs), err)
 	}

@@ -131,7 +131,7 @@ func streamManager(t *testing.T, c opencode.Client, opts ...asyncagents.Option) 
 // readDecision decides task's run from a read of its session, as a reconcile does.
 func readDecision(t *testing.T, c opencode.Client, task asyncagents.Task, baseline string) manager.Verdict {
 	t.Helper()
-	msgs, err := c.Messages(context.Background(), task.ID, 8)
+	msgs, err := c.Messages(context.Background(), task.SessionID, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestCompletionFromEvents(t *testing.T) {
 		if got.Status != asyncagents.StatusCompleted || want.Outcome != manager.Completed || got.Result != want.Result {
 			t.Errorf("%q: %s %q; a read decides %v %q", prompt, got.Status, got.Result, want.Outcome, want.Result)
 		}
-		if reads := c.readsOf(task.ID); len(reads) != 1 { // readDecision's
+		if reads := c.readsOf(task.SessionID); len(reads) != 1 { // readDecision's
 			t.Errorf("%q: the Manager read the task's messages: %v", prompt, reads[:len(reads)-1])
 		}
 		if n := asyncagents.StreamDecided(m); n != decided+1 {
@@ -163,7 +163,7 @@ func TestCompletionFromEvents(t *testing.T) {
 
 	task := asyncagentstest.Launch(t, m, caller, "first run")
 	asyncagentstest.Await(t, m, caller, task.ID)
-	before, err := c.Messages(context.Background(), task.ID, 0)
+	before, err := c.Messages(context.Background(), task.SessionID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestCompletionFromEvents(t *testing.T) {
 	// idle event (OpenCode sends session.status idle and session.idle) may come after the
 	// resume started: that early idle is read, the read finds the run still going, and while
 	// that read is confirmed (two looks) the resumed run's idle may be decided by a read too.
-	reads := c.readsOf(task.ID)
+	reads := c.readsOf(task.SessionID)
 	early := slices.Equal(reads, []int{0, 1, 8, 8})
 	if !slices.Equal(reads, []int{0, 1, 8}) && !early {
 		t.Errorf("reads of the resumed task's messages: %v, want [0 1 8]", reads)
@@ -217,7 +217,7 @@ func TestCompletionFromEventsBoundBySessionCreated(t *testing.T) {
 			if got.Status != asyncagents.StatusCompleted || got.Result != readDecision(t, c, task, "").Result {
 				t.Errorf("%s %q", got.Status, got.Result)
 			}
-			reads, decided := len(c.readsOf(task.ID))-1, asyncagents.StreamDecided(m) // less readDecision's
+			reads, decided := len(c.readsOf(task.SessionID))-1, asyncagents.StreamDecided(m) // less readDecision's
 			if want := map[bool]int64{false: 1, true: 0}[missed]; decided != want || (reads == 0) != (want == 1) {
 				t.Errorf("%d runs decided from events after %d reads; want %d", decided, reads, want)
 			}
@@ -239,7 +239,7 @@ func TestCompletionFromEventsWhateverTheLatency(t *testing.T) {
 				if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 					t.Fatalf("%s: %s", task.ID, got.Status)
 				}
-				if reads := rc.readsOf(task.ID); len(reads) != 0 {
+				if reads := rc.readsOf(task.SessionID); len(reads) != 0 {
 					t.Errorf("%s: the Manager read the task's messages: %v", task.ID, reads)
 				}
 			}
@@ -311,7 +311,7 @@ func TestCompletionFromEventsFallsBackToRead(t *testing.T) {
 			m, caller := streamManager(t, c)
 			task := asyncagentstest.Launch(t, m, caller, tc.prompt)
 			got := asyncagentstest.Await(t, m, caller, task.ID)
-			reads := c.readsOf(task.ID)
+			reads := c.readsOf(task.SessionID)
 			want := readDecision(t, c, task, "")
 			if got.Status != tc.want || got.Result != want.Result || got.Error != want.Error {
 				t.Errorf("%s %q %q; want %s, and a read decides %q %q", got.Status, got.Result, got.Error, tc.want, want.Result, want.Error)
@@ -327,16 +327,16 @@ func TestCompletionFromEventsFallsBackToRead(t *testing.T) {
 		c := &readsClient{Client: f}
 		m, caller := streamManager(t, c)
 		task := asyncagentstest.Launch(t, m, caller, "held")
-		asyncagentstest.AwaitBusy(t, f, task.ID)
+		asyncagentstest.AwaitBusy(t, f, task.SessionID)
 		f.DropEvents()
 		waitFor(t, 10*time.Second, func() bool { return f.Streams() == 1 }) // a new connection
-		reads := len(c.readsOf(task.ID))                                    // the reconcile after the reconnect
-		asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+		reads := len(c.readsOf(task.SessionID))                             // the reconcile after the reconnect
+		asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
 		got := asyncagentstest.Await(t, m, caller, task.ID)
 		if got.Status != asyncagents.StatusCompleted || got.Result != "done" {
 			t.Errorf("after a reconnect: %s %q", got.Status, got.Result)
 		}
-		if n := len(c.readsOf(task.ID)); n <= reads || asyncagents.StreamDecided(m) != 0 {
+		if n := len(c.readsOf(task.SessionID)); n <= reads || asyncagents.StreamDecided(m) != 0 {
 			t.Errorf("%d reads after the release, %d runs decided from events; want a read to decide", n-reads, asyncagents.StreamDecided(m))
 		}
 	})
@@ -357,7 +357,7 @@ func TestRealServerCompletionFromEvents(t *testing.T) {
 	}
 	for i, task := range tasks {
 		got := asyncagentstest.Await(t, m, caller, task.ID)
-		reads := c.readsOf(task.ID) // the Manager's
+		reads := c.readsOf(task.SessionID) // the Manager's
 		want := readDecision(t, c, task, "")
 		if got.Result != want.Result || got.Error != want.Error {
 			t.Errorf("%q: %s %q %q; a read decides %q %q", prompts[i], got.Status, got.Result, got.Error, want.Result, want.Error)
@@ -410,7 +410,7 @@ func TestRealServerBurstCompletedFromEvents(t *testing.T) {
 		if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
 			t.Errorf("%s: %s %q", task.ID, got.Status, got.Error)
 		}
-		if reads := c.readsOf(task.ID); len(reads) != 0 {
+		if reads := c.readsOf(task.SessionID); len(reads) != 0 {
 			t.Errorf("%s: the Manager read the task's messages: %v", task.ID, reads)
 		}
 	}
@@ -510,19 +510,19 @@ func TestRealServerStreamCutLeavesRunToRead(t *testing.T) {
 		c := asyncagents.StreamConnection(m)
 		return c != 0 && c != before
 	})
-	reads := len(c.readsOf(cut.ID)) // the reconcile after the reconnect
+	reads := len(c.readsOf(cut.SessionID)) // the reconcile after the reconnect
 	after := asyncagentstest.Launch(t, m, caller, "RUN:echo after")
 
 	if got := asyncagentstest.Await(t, m, caller, cut.ID); got.Status != asyncagents.StatusCompleted || !strings.HasSuffix(got.Result, "slept 3") {
 		t.Errorf("the run across the cut: %s %q", got.Status, got.Result)
 	}
-	if n := len(c.readsOf(cut.ID)); n <= reads {
+	if n := len(c.readsOf(cut.SessionID)); n <= reads {
 		t.Errorf("the run across the cut was not read at its end (%d reads, %d at the reconnect)", n, reads)
 	}
 	if got := asyncagentstest.Await(t, m, caller, after.ID); got.Status != asyncagents.StatusCompleted || got.Result != "Ran 1 command(s); last output: after" {
 		t.Errorf("the run after the reconnect: %s %q", got.Status, got.Result)
 	}
-	if r := c.readsOf(after.ID); len(r) != 0 {
+	if r := c.readsOf(after.SessionID); len(r) != 0 {
 		t.Errorf("the run after the reconnect was read: %v", r)
 	}
 	if d := asyncagents.StreamDecided(m); d != 1 {
@@ -561,7 +561,7 @@ func TestFailedRunCarriedWholeIsRead(t *testing.T) {
 	if err != nil || out.Task.Status != asyncagents.StatusError {
 		t.Fatalf("a failed run: %s %q (%v), want %s", out.Task.Status, out.Task.Error, err, asyncagents.StatusError)
 	}
-	if len(c.readsOf(task.ID)) == 0 {
+	if len(c.readsOf(task.SessionID)) == 0 {
 		t.Error("decided without a read of its messages")
 	}
 }

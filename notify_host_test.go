@@ -26,7 +26,7 @@ func TestHostThatReadsTheResultIsAskedNoTurn(t *testing.T) {
 		outs <- out
 	}()
 	asyncagentstest.AwaitTask(t, m, task.ID, func(asyncagents.Task) bool { return asyncagents.Waiters(m, task.ID) == 1 })
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("the answer"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("the answer"))
 	if out := <-outs; out.Task.Result != "the answer" {
 		t.Fatalf("the host read %q", out.Task.Result)
 	}
@@ -44,7 +44,7 @@ func TestHostThatReadsTheResultIsAskedNoTurn(t *testing.T) {
 
 	asyncagents.Tools(m)
 	next := asyncagentstest.Launch(t, m, caller, "more")
-	asyncagentstest.Release(t, f, next.ID, opencodetest.Text("more done"))
+	asyncagentstest.Release(t, f, next.SessionID, opencodetest.Text("more done"))
 	got = asyncagentstest.AwaitTask(t, m, next.ID, asyncagentstest.Delivered)
 	if n := got.Notifications[0]; !strings.Contains(n.Hidden, "asyncagents_output") {
 		t.Errorf("with the tools handed out, the hint %q names none", n.Hidden)

@@ -98,7 +98,7 @@ func TestMergedNotificationsAnswerLostAreNotDuplicated(t *testing.T) {
 	gated := &concurrentPrompts{Client: c, gate: make(chan struct{})}
 	m := asyncagentstest.NewManager(t, gated, fastPoll, asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	ids := launchHeld(t, m, f, caller, 6)
-	release(t, f, ids...)
+	release(t, m, f, ids...)
 	waitRunEndsRecorded(t, m, ids...)
 	c.mu.Lock()
 	c.lose, c.loseIn = len(ids), caller.SessionID // every post's answer
@@ -267,11 +267,11 @@ func TestNotificationWaveReadsParentOnce(t *testing.T) {
 		t.Helper()
 		ids := make([]string, n)
 		for i := range n {
-			ids[i] = asyncagentstest.Launch(t, m, caller, "held "+strconv.Itoa(i)).ID
-			asyncagentstest.AwaitBusy(t, f, ids[i])
+			ids[i] = track(asyncagentstest.Launch(t, m, caller, "held "+strconv.Itoa(i)))
+			asyncagentstest.AwaitBusy(t, f, sessionOf(ids[i]))
 		}
 		for _, id := range ids {
-			asyncagentstest.Release(t, f, id, opencodetest.Text("done"))
+			asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done"))
 		}
 		return awaitNotified(t, m, ids)
 	}
@@ -311,7 +311,7 @@ func TestRealServerNotificationWaveReadsParentOnce(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			ids[i] = task.ID
+			ids[i] = track(task)
 		})
 	}
 	wg.Wait()

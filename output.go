@@ -66,8 +66,8 @@ type Output struct {
 	Diff *worktree.DiffPage
 }
 
-// Output returns the caller's task named by id (the full id, the id without "ses_", or a
-// unique prefix of at least 4 characters after "ses_"), with its result, error or progress.
+// Output returns the caller's task named by id (the full id, the id without "tsk_", or a
+// unique prefix of at least 4 characters after "tsk_"), with its result, error or progress.
 // A completed result is marked retrieved
 // (Task.Retrieved). It reads no messages from the server, except with FullSession: then it
 // reads the session's messages newest first in pages (GET /session/{id}/message?limit&before),

@@ -122,7 +122,7 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 		return tk.Status == asyncagents.StatusRunning
 	})
 	c.promptAsync.Store(true)
-	asyncagentstest.Release(t, f, n.ID, opencodetest.Text("ok"))
+	asyncagentstest.Release(t, f, n.SessionID, opencodetest.Text("ok"))
 	waitFor(t, 20*time.Second, func() bool { return logs.contains("panic delivering a notification") })
 	for _, id := range []string{n.ID, queued.ID} {
 		asyncagentstest.AwaitTask(t, m2, id, asyncagentstest.Delivered)
@@ -132,7 +132,7 @@ func TestPanicPolicyEveryGoroutine(t *testing.T) {
 	s := asyncagentstest.Launch(t, m2, caller, "store")
 	asyncagentstest.AwaitTask(t, m2, s.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusRunning })
 	store.save.Store(true)
-	asyncagentstest.Release(t, f, s.ID, opencodetest.Text("saved?"))
+	asyncagentstest.Release(t, f, s.SessionID, opencodetest.Text("saved?"))
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in Save") })
 	store.save.Store(false)
 	if got := asyncagentstest.Await(t, m2, caller, s.ID); !got.Status.Terminal() {
@@ -207,7 +207,7 @@ func TestGoroutineBound(t *testing.T) {
 	go func() {
 		defer close(done)
 		for _, tk := range tasks {
-			_ = f.Release(tk.ID, opencodetest.Text("ok"))
+			_ = f.Release(tk.SessionID, opencodetest.Text("ok"))
 		}
 	}()
 	for ended := false; !ended; {
@@ -261,7 +261,7 @@ func TestBurstWithAPanickingSave(t *testing.T) {
 	const n = 40
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = asyncagentstest.Launch(t, m, caller, "held").ID
+		ids[i] = track(asyncagentstest.Launch(t, m, caller, "held"))
 	}
 	queued := asyncagentstest.Launch(t, m, caller, "queued") // waits for a slot
 	follow := ids[n-1]
@@ -270,7 +270,7 @@ func TestBurstWithAPanickingSave(t *testing.T) {
 	}
 	store.id.Store(ids[0])
 	for _, id := range ids {
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done "+id))
 	}
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("boom in Save of " + ids[0]) })
 	waitFor(t, 10*time.Second, func() bool {

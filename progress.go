@@ -136,7 +136,7 @@ func (d *digests) post(ctx context.Context, client opencode.Client, h *heads, lo
 // then one per task (at most 10, then "and n more"), oldest first:
 //
 //	Background tasks still running (progress, not results):
-//	- ses_3f2a91c0 "scan the logs": 4m 12s, 17 tool calls, last "bash", 52.1k tokens, $0.1200
+//	- tsk_3f2a91c0 "scan the logs": 4m 12s, 17 tool calls, last "bash", 52.1k tokens, $0.1200
 //
 // Descriptions and tool names are quoted ([hints.Quote]): they are the tasks' text.
 func DigestText(tasks []Task, now time.Time) string {

@@ -58,8 +58,11 @@ func (m *Manager) startQueued(start []*entry) {
 	for _, e := range start {
 		m.persist(e)
 		m.mu.Lock()
-		rc := e.task.ResumeCount
+		rc, sent := e.task.ResumeCount, e.run.sends > 0 || e.run.sending // its start sent it
 		m.mu.Unlock()
+		if sent && rc == 0 {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.bg.ctx), m.cfg.requestTimeout)
 		err := m.sendPrompt(ctx, e, rc)
 		cancel()
@@ -95,7 +98,7 @@ func (m *Manager) grantLoop() {
 func (m *Manager) sendPrompt(ctx context.Context, e *entry, rc int) error {
 	m.mu.Lock()
 	t := &e.task
-	if m.tasks.byID[t.ID] != e || t.ResumeCount != rc || !t.Status.Active() || e.run.sending {
+	if m.tasks.byID[t.ID] != e || t.ResumeCount != rc || !t.Status.Active() || e.run.sending || t.Starting {
 		m.mu.Unlock()
 		return nil
 	}

@@ -39,8 +39,14 @@ func TestPromptRefusedDuringHandoverIsNotASend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	task = started(t, m, task)
 	m.mu.Lock()
 	e := m.tasks.byID[task.ID]
+	for e.run.sending || e.run.sends == 0 { // the start's send
+		m.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		m.mu.Lock()
+	}
 	sends, sentAt, rc := e.run.sends, e.run.sentAt, e.task.ResumeCount
 	e.hold.lost = true // being handed over
 	m.mu.Unlock()

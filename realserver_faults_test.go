@@ -99,7 +99,7 @@ func waitMidRun(t *testing.T, ctx context.Context, c opencode.Client, tasks []as
 	waitFor(t, 30*time.Second, func() bool {
 		st, err := c.SessionStatus(ctx, "")
 		for _, tk := range tasks {
-			if _, busy := st[tk.ID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.ID) {
+			if _, busy := st[tk.SessionID]; err != nil || !busy || !lastIsAssistant(ctx, c, tk.SessionID) {
 				return false
 			}
 		}
@@ -185,7 +185,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 		if !decided {
 			for _, tk := range tasks {
 				got, _ := m.Get(tk.ID)
-				msgs, err := srv.Client().Messages(context.Background(), tk.ID, 2)
+				msgs, err := srv.Client().Messages(context.Background(), tk.SessionID, 2)
 				t.Logf("task %s %s %q; last messages (%v):", tk.ID, got.Status, got.Error, err)
 				for _, msg := range msgs {
 					b, _ := json.Marshal(msg.Info)
@@ -261,14 +261,14 @@ func TestFaultPollFallbackWithoutEvents(t *testing.T) {
 	for _, tk := range tasks {
 		out, err := m.Output(ctx, asyncagents.Caller{SessionID: tk.ParentSessionID}, tk.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
 		if err != nil || out.Task.Status != asyncagents.StatusCompleted || !strings.Contains(out.Task.Result, "last output: x") {
-			msgs, _ := srv.Client().Messages(context.Background(), tk.ID, 0)
+			msgs, _ := srv.Client().Messages(context.Background(), tk.SessionID, 0)
 			for _, msg := range msgs {
 				b, _ := json.Marshal(msg)
 				t.Logf("  message %.1500s", b)
 			}
 			t.Fatalf("task %s: %+v, %v", tk.Description, out.Task, err)
 		}
-		msgs, _ := c.Messages(ctx, tk.ID, 1)
+		msgs, _ := c.Messages(ctx, tk.SessionID, 1)
 		if len(msgs) == 1 {
 			ended := time.UnixMilli(msgs[0].Info.Time.Completed)
 			t.Logf("task %s: launched %v, run ended on the server %v, completed %v later", tk.Description,
@@ -492,7 +492,7 @@ func TestFaultHungParentsDelayNoOther(t *testing.T) {
 	var stuck []string
 	for range hung {
 		p := asyncagentstest.NewParent(t, c)
-		stuck = append(stuck, asyncagentstest.Launch(t, m, p, "RUN:echo stuck").ID)
+		stuck = append(stuck, track(asyncagentstest.Launch(t, m, p, "RUN:echo stuck")))
 		held = append(held, proxy.Inject(opencodetest.Fault{Pattern: "/session/" + p.SessionID + "/{rest...}", Delay: time.Hour}))
 	}
 	waitFor(t, 30*time.Second, func() bool {
@@ -543,7 +543,7 @@ func TestFaultHostRestartOnFileStore(t *testing.T) {
 	if _, err := m1.Get(early.ID); !errors.Is(err, asyncagents.ErrClosed) {
 		t.Errorf("Get after Close = %v", err)
 	}
-	asyncagentstest.AwaitBusy(t, c, late.ID) // T-20: Close left it running
+	asyncagentstest.AwaitBusy(t, c, late.SessionID) // T-20: Close left it running
 	if _, err := asyncagents.NewFileStore(path); !errors.Is(err, asyncagents.ErrStoreLocked) {
 		t.Fatalf("second store while the first is open: %v, want ErrStoreLocked", err)
 	}
@@ -551,8 +551,8 @@ func TestFaultHostRestartOnFileStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() bool { // the early task finishes with no Manager watching
-		msgs, err := c.Messages(ctx, early.ID, 1)
-		return err == nil && len(msgs) == 1 && msgs[0].Info.Finish == "stop" && !busy(ctx, c, early.ID)
+		msgs, err := c.Messages(ctx, early.SessionID, 1)
+		return err == nil && len(msgs) == 1 && msgs[0].Info.Finish == "stop" && !busy(ctx, c, early.SessionID)
 	})
 
 	store2 := openFileStore(t, path)
@@ -600,7 +600,7 @@ func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 	}
 	proxy.SendEvent(srv.Directory, opencode.Event{Type: opencode.EventSessionIdle, Properties: json.RawMessage(`{"sessionID":"ses_nosuchsession"}`)})
 	proxy.SendEvent(srv.Directory, opencode.Event{Type: opencode.EventSessionIdle, Properties: json.RawMessage(`{"sessionID":5}`)})
-	waitFor(t, 30*time.Second, func() bool { return busy(ctx, c, tasks[0].ID) && lastIsAssistant(ctx, c, tasks[0].ID) })
+	waitFor(t, 30*time.Second, func() bool { return busy(ctx, c, tasks[0].SessionID) && lastIsAssistant(ctx, c, tasks[0].SessionID) })
 	idle(tasks[0]) // mid-run, while the model streams
 	idle(tasks[2])
 	if n := proxy.CutEvents(); n != 1 {
@@ -668,7 +668,7 @@ func TestFaultServerKilledInterruptsRuns(t *testing.T) {
 	if !testmain.Eventually(20*time.Second, ended) {
 		for _, tk := range tasks {
 			got, _ := m.Get(tk.ID)
-			msgs, err := srv.Client().Messages(context.Background(), tk.ID, 3)
+			msgs, err := srv.Client().Messages(context.Background(), tk.SessionID, 3)
 			t.Logf("task %s %s %q; last messages (%v):", tk.ID, got.Status, got.Error, err)
 			for _, msg := range msgs {
 				b, _ := json.Marshal(msg)
@@ -756,13 +756,16 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 				inj := proxy.Inject(opencodetest.Fault{Pattern: "POST /session/{id}/message", DropResponse: true, Times: 1})
 				in.Fork = true
 				task, err := m.Launch(ctx, in)
+				if err == nil {
+					task = asyncagentstest.Started(t, m, task)
+				}
 				if err != nil || inj.Hits() != 1 {
 					t.Fatalf("forked launch with its context's answer lost = %+v, %v (%d hits)", task, err, inj.Hits())
 				}
 				if got := asyncagentstest.Await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted {
 					t.Fatalf("task = %s %q", got.Status, got.Error)
 				}
-				msgs, err := c.Messages(ctx, task.ID, 0)
+				msgs, err := c.Messages(ctx, task.SessionID, 0)
 				if err != nil || len(msgs) == 0 || len(msgs[0].Parts) != 1 || !msgs[0].Parts[0].Synthetic {
 					t.Fatalf("context messages = %+v, %v; want one synthetic part first", msgs, err)
 				}
@@ -773,14 +776,17 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 			// session known before its prompt is sent.
 			blocker := asyncagentstest.Launch(t, m, parent, "SLEEP:1")
 			task, err := m.Launch(ctx, in)
+			if err == nil {
+				task = asyncagentstest.Started(t, m, task)
+			}
 			if err != nil || task.Status != asyncagents.StatusQueued {
 				t.Fatalf("second launch = %s, %v; want queued", task.Status, err)
 			}
-			start := proxy.Inject(sc.fault(task.ID)) // its queued start
+			start := proxy.Inject(sc.fault(task.SessionID)) // its queued start
 			if got := asyncagentstest.Await(t, m, parent, task.ID); got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "first") {
 				t.Fatalf("queued start with a fault (%d hits): %s %q %q", start.Hits(), got.Status, got.Error, got.Result)
 			}
-			follow := proxy.Inject(sc.fault(task.ID)) // a follow-up
+			follow := proxy.Inject(sc.fault(task.SessionID)) // a follow-up
 			if _, err := m.Resume(ctx, parent, task.ID, "RUN:echo second"); err != nil {
 				t.Fatal(err)
 			}
@@ -791,7 +797,7 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 				t.Errorf("faults hit %d and %d times, want 1 each", start.Hits(), follow.Hits())
 			}
 			for _, p := range []string{"RUN:echo first", "RUN:echo second"} {
-				if got := prompts(t, srv.Client(), task.ID, p); !slices.Equal(got, []int{1}) {
+				if got := prompts(t, srv.Client(), task.SessionID, p); !slices.Equal(got, []int{1}) {
 					t.Errorf("prompt %q reached the server as %v (messages × text parts), want once", p, got)
 				}
 			}

@@ -32,7 +32,7 @@ func TestRealServerDeepestTaskCannotLaunchThroughAnotherHost(t *testing.T) {
 	b := asyncagentstest.NewManager(t, c, asyncagents.WithStore(openPG(t, url)), asyncagents.WithToolPrefix("hb"), asyncagents.WithNotifications(false))
 	parent := asyncagentstest.NewParent(t, c)
 	task := asyncagentstest.Launch(t, a, parent, "SLEEP:2")
-	sess, err := c.GetSession(ctx, task.ID)
+	sess, err := c.GetSession(ctx, task.SessionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +45,11 @@ func TestRealServerDeepestTaskCannotLaunchThroughAnotherHost(t *testing.T) {
 	if launch.Name != "hb_task" {
 		t.Fatalf("B's first tool is %s, want hb_task", launch.Name)
 	}
-	sub, err := c.CreateSession(ctx, opencode.CreateSessionRequest{ParentID: task.ID, Title: "subagent"})
+	sub, err := c.CreateSession(ctx, opencode.CreateSessionRequest{ParentID: task.SessionID, Title: "subagent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, caller := range []string{task.ID, sub.ID} {
+	for _, caller := range []string{task.SessionID, sub.ID} {
 		text, err := launch.Handler(ctx, asyncagents.Caller{SessionID: caller, Agent: "general"},
 			[]byte(`{"description":"deeper","agent":"general","prompt":"RUN:echo deeper"}`))
 		if !errors.Is(err, asyncagents.ErrNestingDepth) {
@@ -101,7 +101,7 @@ func TestRealServerLimitsHoldAcrossHosts(t *testing.T) {
 	if _, err := a.Resume(ctx, parent, first.ID, "RUN:echo again"); !errors.Is(err, asyncagents.ErrTaskLimit) {
 		t.Errorf("a resume of the parent's ended task on A while B runs another: %v, want ErrTaskLimit", err)
 	}
-	if busy(ctx, c, first.ID) {
+	if busy(ctx, c, first.SessionID) {
 		t.Error("the ended task's session runs after its refused resume")
 	}
 

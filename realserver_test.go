@@ -82,6 +82,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forked = asyncagentstest.Started(t, m, forked)
 	if plain.Status != asyncagents.StatusRunning || !forked.Forked || forked.ForkStats == nil {
 		t.Fatalf("launch snapshots: plain %+v forked %+v", plain, forked)
 	}
@@ -138,7 +139,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	// The child sessions are children of the parent, with the recursion guard (T-17): at the
 	// deepest level the tools that launch tasks, this bridge's, any bridge's and OpenCode's
 	// own, are denied.
-	sess, err := c.GetSession(ctx, forked.ID)
+	sess, err := c.GetSession(ctx, forked.SessionID)
 	if err != nil || sess.ParentID != parent.ID || sess.Title != "Background (forked): forked look" {
 		t.Errorf("child session = %+v, %v", sess, err)
 	}
@@ -276,6 +277,7 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	slow = asyncagentstest.Started(t, m, slow)
 	out, err = m.Output(ctx, caller, slow.ID, asyncagents.OutputOptions{Block: true, Timeout: 700 * time.Millisecond})
 	if err != nil || !out.TimedOut || out.Task.Status != asyncagents.StatusRunning {
 		t.Fatalf("blocking output on a running task = %+v, %v", out, err)
@@ -293,7 +295,7 @@ func TestRealServerTimeoutCancelAndError(t *testing.T) {
 		t.Errorf("second Cancel = %v", err)
 	}
 	// The abort's MessageAbortedError does not turn cancelled into error.
-	waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, slow.ID) })
+	waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, slow.SessionID) })
 	if tk, _ := m.Get(slow.ID); tk.Status != asyncagents.StatusCancelled {
 		t.Errorf("after abort events: %s", tk.Status)
 	}
@@ -327,6 +329,7 @@ func TestRealServerForkAfterSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	task = asyncagentstest.Started(t, m, task)
 	if st := task.ForkStats; st == nil || !st.CompactionDetected || st.CompactionIndex < 0 {
 		t.Fatalf("fork stats = %+v", task.ForkStats)
 	}
@@ -381,15 +384,15 @@ func TestRealServerSessionDeleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return task
+		return asyncagentstest.Started(t, m, task)
 	}
 
 	own := launch("SLEEP:30")
-	asyncagentstest.AwaitBusy(t, c, own.ID)
-	if err := c.DeleteSession(ctx, own.ID); err != nil {
+	asyncagentstest.AwaitBusy(t, c, own.SessionID)
+	if err := c.DeleteSession(ctx, own.SessionID); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.Abort(ctx, own.ID) // OpenCode does not stop a deleted busy session by itself
+	_ = c.Abort(ctx, own.SessionID) // OpenCode does not stop a deleted busy session by itself
 	asyncagentstest.AwaitTask(t, m, own.ID, func(tk asyncagents.Task) bool {
 		return tk.Status == asyncagents.StatusCancelled && tk.Error == "session deleted"
 	})
@@ -411,7 +414,7 @@ func TestRealServerSessionDeleted(t *testing.T) {
 			t.Errorf("task %s of a deleted parent still known: %v", id, err)
 		}
 	}
-	waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, running.ID) })
+	waitFor(t, 15*time.Second, func() bool { return !busy(ctx, c, running.SessionID) })
 }
 
 // T-16: a permission request of a task session shows on the task until it ends.
@@ -449,12 +452,14 @@ func TestRealServerNestingDepth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.Caller, in.Description, in.Prompt = asyncagents.Caller{SessionID: top.ID}, "child", "RUN:echo child"
+	top = asyncagentstest.Started(t, m, top)
+	in.Caller, in.Description, in.Prompt = asyncagents.Caller{SessionID: top.SessionID}, "child", "RUN:echo child"
 	child, err := m.Launch(ctx, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]int{top.ID: 0, child.ID: 1} {
+	child = asyncagentstest.Started(t, m, child)
+	for id, want := range map[string]int{top.SessionID: 0, child.SessionID: 1} {
 		s, err := c.GetSession(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -469,7 +474,7 @@ func TestRealServerNestingDepth(t *testing.T) {
 			t.Errorf("session %s: %d deny rules for the tools (%v), want %d", id, n, s.Permission, want)
 		}
 	}
-	in.Caller = asyncagents.Caller{SessionID: child.ID}
+	in.Caller = asyncagents.Caller{SessionID: child.SessionID}
 	if _, err := m.Launch(ctx, in); !errors.Is(err, asyncagents.ErrNestingDepth) {
 		t.Errorf("launch below the depth = %v", err)
 	}
@@ -567,6 +572,7 @@ func TestRealServerTasksRunInTheirProject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			task = asyncagentstest.Started(t, m, task)
 			if task.Directory != dir {
 				t.Errorf("task of a parent in %s has directory %q", dir, task.Directory)
 			}
@@ -574,7 +580,7 @@ func TestRealServerTasksRunInTheirProject(t *testing.T) {
 			if mode == asyncagents.ForkNative {
 				wantParent = "" // OpenCode's copy is not a child
 			}
-			if sess, err := c.GetSession(ctx, task.ID); err != nil || sess.Directory != dir || sess.ParentID != wantParent {
+			if sess, err := c.GetSession(ctx, task.SessionID); err != nil || sess.Directory != dir || sess.ParentID != wantParent {
 				t.Errorf("child session = %+v, %v; want directory %s, parent %q", sess, err, dir, wantParent)
 			}
 			if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusCompleted {
@@ -587,7 +593,7 @@ func TestRealServerTasksRunInTheirProject(t *testing.T) {
 			if out := req.ToolResultsSinceUser(); len(out) > 0 {
 				t.Logf("first request's tool results: %q", out)
 			}
-			msgs, err := c.Messages(ctx, task.ID, 0)
+			msgs, err := c.Messages(ctx, task.SessionID, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -160,10 +160,27 @@ func actsOn(t *Task) bool {
 
 // checkSession returns an error unless the server's session t.SessionID is t's: in t's directory,
 // and a child of t's parent titled "Background…", or, for a native fork, a session without a
-// parent titled as OpenCode titles a fork.
+// parent titled as OpenCode titles a fork. A task that has no session yet (a start a stopped
+// host left undone) must name a parent session in its directory and, when it names one, a
+// message of that parent (GET /session/{id}/message/{messageID}).
 func checkSession(ctx context.Context, client opencode.Client, timeout time.Duration, t *Task) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if t.SessionID == "" {
+		p, err := client.GetSession(ctx, t.ParentSessionID)
+		if err != nil {
+			return fmt.Errorf("its parent session: %w", err)
+		}
+		if t.Directory != "" && p.Directory != t.Directory {
+			return fmt.Errorf("its parent session is in %s, not in %s", echo(p.Directory), echo(t.Directory))
+		}
+		if t.ParentMessageID != "" {
+			if _, err := client.Message(ctx, t.ParentSessionID, t.ParentMessageID); err != nil {
+				return fmt.Errorf("its launching message: %w", err)
+			}
+		}
+		return nil
+	}
 	s, err := client.GetSession(ctx, t.SessionID)
 	if err != nil {
 		return fmt.Errorf("its session: %w", err)

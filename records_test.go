@@ -108,7 +108,7 @@ func TestSealedRowsAreTakenIn(t *testing.T) {
 	if !eventually(10*time.Second, func() bool { _, err := b.Get(task.ID); return err == nil }) {
 		t.Fatal("the sealed task was not taken in")
 	}
-	if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
+	if err := f.Release(task.SessionID, opencodetest.Text("done")); err != nil {
 		t.Fatal(err)
 	}
 	if got := asyncagentstest.Await(t, b, parent, task.ID); got.Status != asyncagents.StatusCompleted {

@@ -68,6 +68,7 @@ func TestSessionDenyRulesReachTasks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			task = asyncagentstest.Started(t, m, task)
 			if task.ForkMode != mode {
 				t.Fatalf("launched with fork mode %q, want %q", task.ForkMode, mode)
 			}
@@ -75,7 +76,7 @@ func TestSessionDenyRulesReachTasks(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(sess.Directory, marker)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the task ran bash its caller may not (%s: %v); it ended %s %q %q", marker, err, done.Status, done.Result, done.Error)
 			}
-			child, err := c.GetSession(ctx, task.ID)
+			child, err := c.GetSession(ctx, task.SessionID)
 			if err != nil || !denies(child.Permission, "bash") {
 				t.Errorf("the task's session rules %+v (%v) do not deny bash", child.Permission, err)
 			}
@@ -109,10 +110,11 @@ func TestLimitsFollowTheSessionTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fork = asyncagentstest.Started(t, m, fork)
 	if fork.ForkMode != asyncagents.ForkNative {
 		t.Fatalf("fork mode %q, want native", fork.ForkMode)
 	}
-	forked, err := c.GetSession(ctx, fork.ID)
+	forked, err := c.GetSession(ctx, fork.SessionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestLimitsFollowTheSessionTree(t *testing.T) {
 			t.Errorf("the native fork's rules %+v do not deny %s", forked.Permission, tool)
 		}
 	}
-	sub := childSession(t, c, fork.ID) // what OpenCode's task tool would make in the fork
+	sub := childSession(t, c, fork.SessionID) // what OpenCode's task tool would make in the fork
 	_, err = m.Launch(ctx, asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: sub.ID, Agent: "general"},
 		Description: "nested", Agent: "general", Prompt: "RUN:echo nested"})
 	if !errors.Is(err, asyncagents.ErrNestingDepth) {

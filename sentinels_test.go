@@ -42,10 +42,10 @@ func TestSentinelErrorsChangeNothing(t *testing.T) {
 	running := asyncagentstest.Launch(t, m, caller, "held")
 	asyncagentstest.Launch(t, m, caller, "held too")
 	done := asyncagentstest.Launch(t, m, caller, "ends")
-	asyncagentstest.Release(t, f, done.ID, opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, done.SessionID, opencodetest.Text("done"))
 	asyncagentstest.Await(t, m, caller, done.ID)
 	fresh := asyncagentstest.Launch(t, m, gone, "ended, never read") // completed, its result not retrieved yet
-	asyncagentstest.Release(t, f, fresh.ID, opencodetest.Text("unread"))
+	asyncagentstest.Release(t, f, fresh.SessionID, opencodetest.Text("unread"))
 	asyncagentstest.AwaitTask(t, m, fresh.ID, func(tk asyncagents.Task) bool { return tk.Status == asyncagents.StatusCompleted })
 	ctx := context.Background()
 	snapshot := func() state {
@@ -96,7 +96,7 @@ func TestSentinelErrorsChangeNothing(t *testing.T) {
 			return err
 		}},
 		{"Launch from a task at the deepest level", asyncagents.ErrNestingDepth, func() error {
-			_, err := m.Launch(ctx, in(func(i *asyncagents.LaunchInput) { i.Caller.SessionID = running.ID }))
+			_, err := m.Launch(ctx, in(func(i *asyncagents.LaunchInput) { i.Caller.SessionID = running.SessionID }))
 			return err
 		}},
 		{"Launch over the per-parent cap", asyncagents.ErrTaskLimit, func() error {
@@ -187,8 +187,10 @@ func TestSentinelErrorsChangeNothing(t *testing.T) {
 		}},
 	}
 	// One more active task makes the per-parent cases hit the cap (3).
-	if _, err := m.Launch(ctx, in(func(*asyncagents.LaunchInput) {})); err != nil {
+	if more, err := m.Launch(ctx, in(func(*asyncagents.LaunchInput) {})); err != nil {
 		t.Fatal(err)
+	} else {
+		asyncagentstest.Started(t, m, more)
 	}
 	for _, tc := range cases {
 		before := snapshot()

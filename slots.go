@@ -49,22 +49,33 @@ func newSlots(cfg *config) *slots {
 // queues e behind the tasks already waiting for that limit (with a SlotStore, always: the
 // store grants it).
 func (s *slots) take(e *entry) bool {
+	return s.takeOr(e, true)
+}
+
+// takeFree takes a slot for e when one of its limit's is free here (no limit, or a local
+// limit with a slot free and nobody waiting), as take does; otherwise it changes nothing.
+func (s *slots) takeFree(e *entry) bool {
+	return s.takeOr(e, false)
+}
+
+// takeOr is take, which with wait queues e when no slot is free.
+func (s *slots) takeOr(e *entry, wait bool) bool {
 	key, limit := s.limits.keyOf(e.task.Model)
 	if limit == 0 {
 		return true
 	}
 	s.limitOf[key] = limit
-	if s.shared != nil {
-		s.waiting[key] = append(s.waiting[key], e)
-		s.wakeGranter()
-		return false
-	}
-	if s.running[key] < limit && len(s.waiting[key]) == 0 {
+	if s.shared == nil && s.running[key] < limit && len(s.waiting[key]) == 0 {
 		s.running[key]++
 		e.slot = key
 		return true
 	}
-	s.waiting[key] = append(s.waiting[key], e)
+	if wait {
+		s.waiting[key] = append(s.waiting[key], e)
+		if s.shared != nil {
+			s.wakeGranter()
+		}
+	}
 	return false
 }
 

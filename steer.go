@@ -24,7 +24,7 @@ import (
 // arrives, OpenCode starts a run for it, which the task follows as its own.
 //
 // Errors, each leaving the task as it was: [ErrNotRunning] (the task is queued, or ended: use
-// [Manager.Resume]), [ErrTaskBusy] (its prompt is being sent right now), [ErrInvalidInput]
+// [Manager.Resume]), [ErrTaskBusy] (it is starting, or its prompt is being sent right now), [ErrInvalidInput]
 // (an empty or too long message, an empty caller), [ErrTaskNotFound], [ErrAmbiguousID],
 // [ErrLeaseLost], [ErrClosed], and the server's refusal (then the task's run goes on as it
 // was, and the message is not recorded as sent).
@@ -45,9 +45,9 @@ func (m *Manager) Steer(ctx context.Context, caller Caller, id, message string) 
 	case !t.Status.Active():
 		m.mu.Unlock()
 		return Task{}, fmt.Errorf("%w: only a running task can be steered; %s is %s (resume it to send a follow-up)", ErrNotRunning, t.ID, t.Status)
-	case e.run.sending:
+	case e.run.sending || t.Starting:
 		m.mu.Unlock()
-		return Task{}, fmt.Errorf("%w: %s's prompt is being sent; try again in a moment", ErrTaskBusy, t.ID)
+		return Task{}, fmt.Errorf("%w: %s is starting and its prompt is not sent yet; try again in a moment", ErrTaskBusy, t.ID)
 	}
 	rc := t.ResumeCount
 	steerID := opencode.NewMessageID(m.bg.now(), t.PromptID)

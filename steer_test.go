@@ -57,7 +57,7 @@ func TestRealServerSteerReachesTheRunningModel(t *testing.T) {
 			}
 			req := firstRequest(t, srv.Model, "steer "+mark)
 			t.Logf("the steering message reached the model %v after it was sent (the step under way ran a 3 s command)", req.Time.Sub(sent).Round(time.Millisecond))
-			msgs, err := srv.Client().Messages(context.Background(), task.ID, 0)
+			msgs, err := srv.Client().Messages(context.Background(), task.SessionID, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ func TestSubscribeDeliversChangesInOrder(t *testing.T) {
 		t.Fatalf("Subscribe: tasks = %+v, want the task launched before", tasks)
 	}
 	task := asyncagentstest.Launch(t, m, caller, "watched")
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Bash("echo hi"), opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Bash("echo hi"), opencodetest.Text("done"))
 	asyncagentstest.Await(t, m, caller, task.ID)
 
 	var (

@@ -74,8 +74,13 @@ type Task struct {
 	// earlier version has its session's id as its ID.
 	ID string `json:"id"`
 	// SessionID is the OpenCode session ("ses_…") the task runs in, a child of
-	// ParentSessionID.
-	SessionID       string    `json:"sessionID,omitempty"`
+	// ParentSessionID (a native fork's has no parent); empty while the task starts and has
+	// none yet.
+	SessionID string `json:"sessionID,omitempty"`
+	// Starting is set from the launch until the task's prompt can be sent: its session is
+	// being made (a native fork, an isolated task's worktree) or given the parent's context.
+	// Launch returns before that work (see [Manager.Launch]).
+	Starting        bool      `json:"starting,omitempty"`
 	ParentSessionID string    `json:"parentSessionID"`
 	ParentMessageID string    `json:"parentMessageID,omitempty"`
 	ParentAgent     string    `json:"parentAgent,omitempty"`
@@ -140,7 +145,7 @@ type Task struct {
 	QueuePosition int `json:"-"`
 
 	// DisplayID is the shortest prefix of ID that is unique among the parent's tasks and
-	// shows at least 8 characters after "ses_". It is set on the copies the Manager returns
+	// shows at least 8 characters after "tsk_". It is set on the copies the Manager returns
 	// and not stored.
 	DisplayID string `json:"-"`
 }

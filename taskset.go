@@ -72,6 +72,16 @@ func (s *taskSet) remove(e *entry) {
 // has reports whether task id is here.
 func (s *taskSet) has(id string) bool { return s.byID[id] != nil }
 
+// setSession records that e's task runs in session id, unless another task does (false).
+func (s *taskSet) setSession(e *entry, id string) bool {
+	if o := s.bySession[id]; o != nil && o != e {
+		return false
+	}
+	e.task.SessionID = id
+	s.bySession[id] = e
+	return true
+}
+
 // inSession returns the task that runs in session id, or nil.
 func (s *taskSet) inSession(id string) *entry { return s.bySession[id] }
 

@@ -432,16 +432,19 @@ func (h toolHandlers) resume(ctx context.Context, caller Caller, in taskArgs) (s
 func (h toolHandlers) launched(t Task) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Background task launched: %s\nDescription: %s\nAgent: %s\n", t.DisplayID, t.Description, t.Agent)
-	if t.Forked && t.ForkMode == ForkNative && t.ForkStats != nil {
+	switch {
+	case t.Forked && t.Starting:
+		b.WriteString("Forked: it gets this conversation's context as it is now, prepared in the background.\n")
+	case t.Forked && t.ForkMode == ForkNative && t.ForkStats != nil:
 		fmt.Fprintf(&b, "Forked natively: it continues from a copy of this conversation (%d messages).\n", t.ForkStats.OriginalMessages)
-	} else if t.Forked && t.ForkStats != nil {
+	case t.Forked && t.ForkStats != nil:
 		fmt.Fprintf(&b, "Forked with this conversation's context (%d of %d messages", t.ForkStats.FinalMessages, t.ForkStats.OriginalMessages)
 		if t.ForkStats.CompactionDetected {
 			b.WriteString(", from the latest compaction summary")
 		}
 		b.WriteString(").\n")
 	}
-	if t.Status == StatusQueued {
+	if t.Status == StatusQueued && !t.Starting {
 		fmt.Fprintf(&b, "It is queued (place %d) until a slot of its concurrency limit frees, then runs in the background; "+
 			"a notification will come when it finishes. Use %s_output(task_id=%q) to check on it.", t.QueuePosition, h.prefix, t.DisplayID)
 		return b.String()

@@ -254,7 +254,7 @@ func TestRealServerTools(t *testing.T) {
 	}
 
 	launched := call("asyncagents_task", `{"description":"quote it","prompt":"QUOTE:tool-ctx-","agent":"general","fork":true}`)
-	if !strings.Contains(launched, "Background task launched: ses_") || !strings.Contains(launched, "notification") {
+	if !strings.Contains(launched, "Background task launched: tsk_") || !strings.Contains(launched, "notification") {
 		t.Fatalf("launch reply: %s", launched)
 	}
 	id := strings.Fields(strings.SplitN(launched, "launched: ", 2)[1])[0]

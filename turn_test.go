@@ -79,16 +79,22 @@ func launchHeld(t *testing.T, m *asyncagents.Manager, f *opencodetest.FakeClient
 	t.Helper()
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = asyncagentstest.Launch(t, m, caller, "held").ID
-		asyncagentstest.AwaitBusy(t, f, ids[i])
+		task := asyncagentstest.Launch(t, m, caller, "held")
+		ids[i] = track(task)
+		asyncagentstest.AwaitBusy(t, f, task.SessionID)
 	}
 	return ids
 }
 
-func release(t *testing.T, f *opencodetest.FakeClient, ids ...string) {
+// release releases the held runs of tasks or sessions ids (a task's session is found
+// through m).
+func release(t *testing.T, m *asyncagents.Manager, f *opencodetest.FakeClient, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		asyncagentstest.Release(t, f, id, opencodetest.Text("done "+id))
+		if task, err := m.Get(id); err == nil {
+			id = task.SessionID
+		}
+		asyncagentstest.Release(t, f, sessionOf(id), opencodetest.Text("done "+id))
 	}
 }
 
@@ -133,7 +139,7 @@ func TestWaveRunsEndingTogetherOneTurn(t *testing.T) {
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c)
 	ids := launchHeld(t, m, f, caller, 3)
-	release(t, f, ids...)
+	release(t, m, f, ids...)
 	awaitNotified(t, m, ids)
 	awaitTurns(t, m, ids, asyncagents.TurnAsked)
 	turns := c.turnsOf(caller.SessionID)
@@ -169,9 +175,9 @@ func TestWaveTurnWaitsForTheWindow(t *testing.T) {
 	const window = time.Second
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(window))
 	ids := launchHeld(t, m, f, caller, 3)
-	release(t, f, ids[0])
+	release(t, m, f, ids[0])
 	awaitNotified(t, m, ids[:1])
-	release(t, f, ids[1]) // within the window of the first
+	release(t, m, f, ids[1]) // within the window of the first
 	awaitNotified(t, m, ids[1:2])
 	delivered := time.Now()
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
@@ -184,9 +190,9 @@ func TestWaveTurnWaitsForTheWindow(t *testing.T) {
 	}
 	// The parent's turn runs (the fake holds every run) and ends before the last run does:
 	// the last notification is then the parent's newest message, and asks for a turn.
-	release(t, f, caller.SessionID)
+	release(t, m, f, caller.SessionID)
 	waitFor(t, 10*time.Second, func() bool { return !busy(context.Background(), f, caller.SessionID) })
-	release(t, f, ids[2])
+	release(t, m, f, ids[2])
 	awaitNotified(t, m, ids[2:])
 	start := time.Now()
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 2 })
@@ -205,7 +211,7 @@ func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
 	c := &promptsClient{Client: f}
 	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
 	ids := launchHeld(t, m, f, caller, 2)
-	release(t, f, ids[0])
+	release(t, m, f, ids[0])
 	awaitNotified(t, m, ids[:1])
 	// The user writes to the parent: its turn has the notification in its context.
 	if err := f.PromptAsync(context.Background(), caller.SessionID, opencode.PromptRequest{
@@ -216,7 +222,7 @@ func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 0 {
 		t.Errorf("turn prompts = %q, want none", turns)
 	}
-	release(t, f, caller.SessionID, ids[1])
+	release(t, m, f, caller.SessionID, ids[1])
 	awaitTurns(t, m, ids[1:], asyncagents.TurnAsked)
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 1 || !strings.Contains(turns[0], "1 of your") {
 		t.Errorf("turn prompts = %q, want one for the second task", turns)
@@ -283,7 +289,7 @@ func TestNotifyPolicies(t *testing.T) {
 			c := &promptsClient{Client: f}
 			m, caller := streamManager(t, c, asyncagents.WithNotifyPolicy(tc.policy))
 			ids := launchHeld(t, m, f, caller, 2)
-			release(t, f, ids...)
+			release(t, m, f, ids...)
 			awaitNotified(t, m, ids)
 			time.Sleep(100 * time.Millisecond)
 			if n := len(c.turnsOf(caller.SessionID)); n != tc.prompts {
@@ -339,7 +345,7 @@ func TestRealServerWaveOneTurn(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			ids[i] = task.ID
+			ids[i] = track(task)
 		})
 	}
 	wg.Wait()
@@ -403,7 +409,7 @@ func TestWaveTurnWaitsAtMostFiveWindows(t *testing.T) {
 	ids := launchHeld(t, m, f, caller, 21) // the last one keeps running
 	start := time.Now()
 	for _, id := range ids[:20] { // one run end every 100 ms for 2 s: never a quiet window
-		release(t, f, id)
+		release(t, m, f, id)
 		time.Sleep(window / 2)
 		if len(c.turnsOf(caller.SessionID)) > 0 {
 			break
@@ -482,10 +488,10 @@ func mergedBurst(t *testing.T, n int, description string) (carried []int, most i
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids[i] = task.ID
-		asyncagentstest.AwaitBusy(t, f, ids[i])
+		ids[i] = track(asyncagentstest.Started(t, m, task))
+		asyncagentstest.AwaitBusy(t, f, sessionOf(ids[i]))
 	}
-	release(t, f, ids...)
+	release(t, m, f, ids...)
 	waitRunEndsRecorded(t, m, ids...)
 	close(c.gate)
 	posted := awaitNotified(t, m, ids)
@@ -538,7 +544,7 @@ func TestWaveTurnNotStoredIsAskedAgain(t *testing.T) {
 	c.in = caller.SessionID
 	c.mu.Unlock()
 	ids := launchHeld(t, m, f, caller, 2) // the second keeps running
-	release(t, f, ids[0])
+	release(t, m, f, ids[0])
 	awaitNotified(t, m, ids[:1])
 	waitFor(t, 10*time.Second, func() bool { return countTurnPrompts(t, f, caller.SessionID) == 1 })
 	awaitTurns(t, m, ids[:1], asyncagents.TurnAsked)
@@ -561,10 +567,10 @@ func TestWaveTurnFoundCoversOnlyOlderNotifications(t *testing.T) {
 	c.loseIn = caller.SessionID
 	c.mu.Unlock()
 	ids := launchHeld(t, m, f, caller, 2)
-	release(t, f, ids[0])
+	release(t, m, f, ids[0])
 	awaitNotified(t, m, ids[:1])
 	waitFor(t, 10*time.Second, func() bool { return len(c.turnsOf(caller.SessionID)) == 1 })
-	release(t, f, ids[1]) // during the lost turn prompt's backoff
+	release(t, m, f, ids[1]) // during the lost turn prompt's backoff
 	awaitNotified(t, m, ids[1:])
 	waitFor(t, 10*time.Second, func() bool {
 		s := turnStates(m, ids)

@@ -21,7 +21,7 @@ func TestFailedTurnPromptIsAskedAgain(t *testing.T) {
 	parent := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m, parent, "held")
 	f.FailCalls("PromptAsync", 1, &opencode.APIError{StatusCode: 503, Name: "ServiceUnavailable", Message: "busy"})
-	if err := f.Release(task.ID, opencodetest.Text("done")); err != nil {
+	if err := f.Release(task.SessionID, opencodetest.Text("done")); err != nil {
 		t.Fatal(err)
 	}
 	var turn asyncagents.TurnState

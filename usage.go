@@ -246,7 +246,10 @@ func TreeUsage(tasks []Task, session string) Usage {
 		seen[s] = true
 		for _, i := range children[s] {
 			sum = sum.Add(tasks[i].Usage)
-			next = append(next, tasks[i].ID)
+			t := tasks[i]
+			if t.upgrade(); t.SessionID != "" {
+				next = append(next, t.SessionID)
+			}
 		}
 	}
 	return sum

@@ -61,7 +61,7 @@ func TestTaskUsageSumsItsSteps(t *testing.T) {
 	if want := step.Add(step); !sameUsage(got.Usage, want) || !sameUsage(got.RunUsage, want) || !sameUsage(got.FirstStep, step) {
 		t.Fatalf("usage %+v, run %+v, first step %+v; want %+v, %+v, %+v", got.Usage, got.RunUsage, got.FirstStep, want, want, step)
 	}
-	if steps, totals := sessionUsage(t, f, task.ID); !sameUsage(got.Usage, steps) || !sameUsage(got.Usage, totals) {
+	if steps, totals := sessionUsage(t, f, task.SessionID); !sameUsage(got.Usage, steps) || !sameUsage(got.Usage, totals) {
 		t.Errorf("usage %+v; the session's steps %+v, its totals %+v", got.Usage, steps, totals)
 	}
 	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
@@ -112,25 +112,25 @@ func TestRealServerTaskUsageSumsItsSteps(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, c)
 	task := asyncagentstest.Launch(t, m, caller, "RUN:echo first")
 	got := asyncagentstest.Await(t, m, caller, task.ID)
-	steps, totals := sessionUsage(t, c, task.ID)
+	steps, totals := sessionUsage(t, c, task.SessionID)
 	if got.Usage.Input == 0 || got.Usage.Cost == 0 || !sameUsage(got.Usage, steps) || !sameUsage(got.RunUsage, steps) {
 		t.Fatalf("usage %+v, run %+v; the session's steps %+v", got.Usage, got.RunUsage, steps)
 	}
-	waitFor(t, 10*time.Second, func() bool { _, totals = sessionUsage(t, c, task.ID); return sameUsage(got.Usage, totals) })
+	waitFor(t, 10*time.Second, func() bool { _, totals = sessionUsage(t, c, task.SessionID); return sameUsage(got.Usage, totals) })
 	first := got.Usage
 
 	// A resume whose run the host does not see end: it stops mid-run.
 	if _, err := m.Resume(context.Background(), caller, task.ID, "SLEEP:2 RUN:echo second"); err != nil {
 		t.Fatal(err)
 	}
-	asyncagentstest.AwaitBusy(t, c, task.ID)
+	asyncagentstest.AwaitBusy(t, c, task.SessionID)
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool { return !busy(context.Background(), c, task.ID) })
+	waitFor(t, 30*time.Second, func() bool { return !busy(context.Background(), c, task.SessionID) })
 	store2, err := asyncagents.NewFileStore(path)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestRealServerTaskUsageSumsItsSteps(t *testing.T) {
 	t.Cleanup(func() { _ = store2.Close() })
 	m2 := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithStore(store2), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
 	got = asyncagentstest.Await(t, m2, caller, task.ID)
-	steps, _ = sessionUsage(t, c, task.ID)
+	steps, _ = sessionUsage(t, c, task.SessionID)
 	if !sameUsage(got.Usage, steps) {
 		t.Errorf("after the restart: usage %+v; the session's steps %+v", got.Usage, steps)
 	}
@@ -155,7 +155,7 @@ func TestTreeUsageSumsNestedTasks(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 	top := asyncagentstest.Launch(t, m, caller, "RUN:echo top") // two steps
 	asyncagentstest.Await(t, m, caller, top.ID)
-	child := asyncagents.Caller{SessionID: top.ID, Agent: "general"}
+	child := asyncagents.Caller{SessionID: top.SessionID, Agent: "general"}
 	nested := asyncagentstest.Launch(t, m, child, "nested") // one step
 	asyncagentstest.Await(t, m, child, nested.ID)
 	step := asyncagents.Usage{Input: 100, Output: 20, Cost: (100*3 + 20*15) / 1e6}
@@ -319,7 +319,7 @@ func TestUsageOfALongRunDecidedByARead(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 	task := asyncagentstest.Launch(t, m, caller, longRun)
 	got := asyncagentstest.Await(t, m, caller, task.ID)
-	steps, totals := sessionUsage(t, f, task.ID)
+	steps, totals := sessionUsage(t, f, task.SessionID)
 	if !sameUsage(got.Usage, steps) {
 		t.Errorf("usage %v; session steps %v, totals %v", got.Usage, steps, totals)
 	}
@@ -355,7 +355,7 @@ func TestTreeBudgetHoldsBelow(t *testing.T) {
 	if _, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "d", Agent: "general", Prompt: "x"}); !errors.Is(err, asyncagents.ErrBudget) {
 		t.Fatalf("top caller: %v", err)
 	}
-	child := asyncagents.Caller{SessionID: top.ID, Agent: "general"}
+	child := asyncagents.Caller{SessionID: top.SessionID, Agent: "general"}
 	for i := 0; i < 3; i++ {
 		n, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: child, Description: "d", Agent: "general", Prompt: "RUN:echo nested"})
 		if err != nil {

@@ -64,8 +64,10 @@ func NewParent(t TB, client opencode.Client) asyncagents.Caller {
 
 // Launch launches a task for caller ([asyncagents.Manager.Launch]) with prompt, the
 // description "test" and the agent "general" (a subagent of every OpenCode server), and
-// returns it as Launch does: running, or queued under a concurrency limit. The test fails
-// at once when Launch returns an error.
+// returns it once its start is over (Task.Starting unset, as [AwaitTask] reads it): with its
+// session (Task.SessionID) and its prompt sent, running, or queued under a concurrency
+// limit; or ended, when its start failed. The test fails at once when Launch returns an
+// error or the start is not over within [AwaitTimeout].
 func Launch(t TB, m *asyncagents.Manager, caller asyncagents.Caller, prompt string) asyncagents.Task {
 	t.Helper()
 	task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "test", Agent: "general", Prompt: prompt})
@@ -73,7 +75,16 @@ func Launch(t TB, m *asyncagents.Manager, caller asyncagents.Caller, prompt stri
 		t.Fatalf("asyncagentstest: Launch: %v", err)
 		return asyncagents.Task{}
 	}
-	return task
+	return Started(t, m, task)
+}
+
+// Started waits until task's start is over, as [Launch] does, and returns the task then.
+func Started(t TB, m *asyncagents.Manager, task asyncagents.Task) asyncagents.Task {
+	t.Helper()
+	if !task.Starting {
+		return task
+	}
+	return AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool { return !tk.Starting || tk.Status.Terminal() })
 }
 
 // Await waits until the caller's task id ends, however it ends (completed, error or
@@ -163,7 +174,7 @@ func awaitBusy(t TB, c opencode.Client, id string, within time.Duration) {
 }
 
 // Release lets the held run of session id take its first model step, the replies answering
-// its next steps ([opencodetest.FakeClient.Release]): Release(t, f, task.ID,
+// its next steps ([opencodetest.FakeClient.Release]): Release(t, f, task.SessionID,
 // opencodetest.Text("done")) makes the task's run answer "done". The test fails at once when
 // Release fails (an unknown session).
 func Release(t TB, f *opencodetest.FakeClient, id string, replies ...opencodetest.Reply) {

@@ -164,11 +164,11 @@ func TestAwaitReturnsEndedTask(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 
 	done := asyncagentstest.Launch(t, m, caller, "work")
-	if err := f.Release(done.ID, opencodetest.Text("all done")); err != nil {
+	if err := f.Release(done.SessionID, opencodetest.Text("all done")); err != nil {
 		t.Fatal(err)
 	}
 	failed := asyncagentstest.Launch(t, m, caller, "work")
-	if err := f.Release(failed.ID, opencodetest.Fail(400)); err != nil {
+	if err := f.Release(failed.SessionID, opencodetest.Fail(400)); err != nil {
 		t.Fatal(err)
 	}
 	cancelled := asyncagentstest.Launch(t, m, caller, "work")
@@ -235,7 +235,7 @@ func TestOnRealServer(t *testing.T) {
 	m := asyncagentstest.NewManager(t, srv.Client())
 	caller := asyncagentstest.NewParent(t, srv.Client())
 	launched := asyncagentstest.Launch(t, m, caller, "RUN:sleep 1 ||| echo real")
-	asyncagentstest.AwaitBusy(t, srv.Client(), launched.ID)
+	asyncagentstest.AwaitBusy(t, srv.Client(), launched.SessionID)
 	task := asyncagentstest.Await(t, m, caller, launched.ID)
 	if task.Status != asyncagents.StatusCompleted || !strings.Contains(task.Result, "real") {
 		t.Errorf("task = %s %q %q", task.Status, task.Result, task.Error)
@@ -255,7 +255,7 @@ func TestAwaitTask(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 	first := asyncagentstest.Launch(t, m, caller, "one")
 	second := asyncagentstest.Launch(t, m, caller, "two")
-	asyncagentstest.Release(t, f, first.ID, opencodetest.Text("first done"))
+	asyncagentstest.Release(t, f, first.SessionID, opencodetest.Text("first done"))
 	running := func(task asyncagents.Task) bool { return task.Status == asyncagents.StatusRunning }
 	if got := asyncagentstest.AwaitTask(t, m, second.ID, running); got.ID != second.ID || got.Status != asyncagents.StatusRunning {
 		t.Errorf("AwaitTask(running) = %s %s", got.ID, got.Status)
@@ -306,8 +306,8 @@ func TestAwaitTaskFails(t *testing.T) {
 // when the session is not busy in time or its status cannot be read.
 func TestAwaitBusy(t *testing.T) {
 	f, m, caller, task := heldTask(t)
-	asyncagentstest.AwaitBusy(t, f, task.ID)
-	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[task.ID].Type != "busy" {
+	asyncagentstest.AwaitBusy(t, f, task.SessionID)
+	if st, err := f.SessionStatus(t.Context(), ""); err != nil || st[task.SessionID].Type != "busy" {
 		t.Errorf("after AwaitBusy: %v, %v", st, err)
 	}
 	if got := failure(t, func(tb asyncagentstest.TB) any {
@@ -318,12 +318,12 @@ func TestAwaitBusy(t *testing.T) {
 	}
 	f.FailCalls("SessionStatus", 1, errors.New("status unavailable"))
 	if got := failure(t, func(tb asyncagentstest.TB) any {
-		asyncagentstest.AwaitBusyWithin(tb, f, task.ID, time.Minute)
+		asyncagentstest.AwaitBusyWithin(tb, f, task.SessionID, time.Minute)
 		return struct{}{}
 	}); !strings.Contains(got, "status unavailable") {
 		t.Errorf("failing SessionStatus: failure = %q", got)
 	}
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Text("done"))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Text("done"))
 	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Result != "done" {
 		t.Errorf("released run: %s %q", got.Status, got.Result)
 	}
@@ -333,7 +333,7 @@ func TestAwaitBusy(t *testing.T) {
 // fake does not know.
 func TestRelease(t *testing.T) {
 	f, m, caller, task := heldTask(t)
-	asyncagentstest.Release(t, f, task.ID, opencodetest.Fail(400))
+	asyncagentstest.Release(t, f, task.SessionID, opencodetest.Fail(400))
 	if got := asyncagentstest.Await(t, m, caller, task.ID); got.Status != asyncagents.StatusError {
 		t.Errorf("run released with a failure: %s %q", got.Status, got.Result)
 	}
@@ -357,7 +357,7 @@ func TestNotifications(t *testing.T) {
 	}
 	var ids []string
 	for range 3 {
-		ids = append(ids, asyncagentstest.Launch(t, m, caller, "held").ID)
+		ids = append(ids, asyncagentstest.Launch(t, m, caller, "held").SessionID)
 	}
 	for _, id := range ids {
 		asyncagentstest.Release(t, f, id, opencodetest.Text("done"))

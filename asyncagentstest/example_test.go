@@ -69,7 +69,7 @@ func Example_heldRun() {
 	running, _ := m.List(parent, asyncagents.StatusRunning)
 	fmt.Println(len(running), "running")
 
-	if err := client.Release(task.ID, opencodetest.Text("LGTM")); err != nil {
+	if err := client.Release(task.SessionID, opencodetest.Text("LGTM")); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	task = asyncagentstest.Await(t, m, parent, task.ID)

@@ -61,7 +61,7 @@ func TestBrowserLiveTasks(t *testing.T) {
 		t.Errorf("usage on the page: row %q, group %q; want %q", final.Meta, final.Group, used)
 	}
 	// C-2: a task the task launched counts in its parent's tree too.
-	nested := e.launch(t, asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.ID, Agent: "general"},
+	nested := e.launch(t, asyncagents.LaunchInput{Caller: asyncagents.Caller{SessionID: task.SessionID, Agent: "general"},
 		Description: "nested", Prompt: "RUN:echo nested-ok"})
 	waitRow(t, ctx, nested.ID, 60*time.Second, "the nested task", func(r *rowState) bool { return r.Status == "completed" })
 	nestedDone, _ := e.m.Get(nested.ID)
@@ -151,7 +151,7 @@ func TestBrowserThousandTasks(t *testing.T) {
 	// 200 tasks finish, each after a tool call: several changes per task.
 	start = time.Now()
 	for _, task := range tasks[:200] {
-		if err := e.f.Release(task.ID, opencodetest.Bash("echo hi"), opencodetest.Text("done")); err != nil {
+		if err := e.f.Release(task.SessionID, opencodetest.Bash("echo hi"), opencodetest.Text("done")); err != nil {
 			t.Fatal(err)
 		}
 	}

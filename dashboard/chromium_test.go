@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/dashboard"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -247,7 +248,7 @@ func (e *realEnv) launch(t *testing.T, in asyncagents.LaunchInput) asyncagents.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	return task
+	return asyncagentstest.Started(t, e.m, task)
 }
 
 // The page shows a task appear, its progress advance and its result arrive without a

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/dashboard"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
@@ -86,7 +87,7 @@ func (e *env) launch(t *testing.T, caller asyncagents.Caller, desc, prompt strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return task
+	return asyncagentstest.Started(t, e.m, task)
 }
 
 func (e *env) await(t *testing.T, caller asyncagents.Caller, id string) asyncagents.Task {
@@ -223,7 +224,7 @@ func TestListFilters(t *testing.T) {
 	a1 := e.launch(t, e.caller, "a1", "one", false)
 	a2 := e.launch(t, e.caller, "a2", "two", false)
 	b1 := e.launch(t, other, "b1", "three", false)
-	if err := e.f.Release(a1.ID, opencodetest.Text("done")); err != nil {
+	if err := e.f.Release(a1.SessionID, opencodetest.Text("done")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(t, e.caller, a1.ID)
@@ -283,7 +284,7 @@ func filter(in []string, keep ...string) []string {
 func TestErrors(t *testing.T) {
 	e := newEnv(t, held())
 	done := e.launch(t, e.caller, "done", "x", false)
-	if err := e.f.Release(done.ID, opencodetest.Text("ok")); err != nil {
+	if err := e.f.Release(done.SessionID, opencodetest.Text("ok")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(t, e.caller, done.ID)

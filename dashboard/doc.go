@@ -17,7 +17,7 @@
 //	GET  /api/tasks               {"tasks": [task, …]}: every task of the Manager, in the order
 //	                              of Manager.ListAll; ?parent=<session id> and ?status=<status>
 //	                              filter
-//	GET  /api/tasks/{id}          one task; {id} is its full id or the id without "ses_"
+//	GET  /api/tasks/{id}          one task; {id} is its full id, the id without "tsk_", or its session's id
 //	POST /api/tasks/{id}/cancel   cancels a queued, running or resumed task for its parent
 //	                              session (Manager.Cancel); answers the task
 //	GET  /api/events              server-sent events, see below

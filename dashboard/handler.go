@@ -307,7 +307,7 @@ func shortMethod(m string) string {
 	return m
 }
 
-// idPattern is what a task or session id may look like ("ses_…" and the like).
+// idPattern is what a task or session id may look like ("tsk_…", "ses_…" and the like).
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,100}$`)
 
 // managerError answers an error of the Manager.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/asyncagentstest"
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
@@ -90,7 +91,7 @@ func launch(t *testing.T, m *asyncagents.Manager, caller asyncagents.Caller, pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	return task
+	return asyncagentstest.Started(t, m, task)
 }
 
 // When the handler's own subscription falls behind, it subscribes again and every stream
@@ -190,10 +191,15 @@ func TestSlowClientNeverBlocks(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("%d launches took %v", n, d)
 	}
+	seq := 0 // each launch is a change, and its start one or two more
 	for i := range n {
-		ev := nextEvent(t, reader)
-		if ev.name != "change" || !strings.HasSuffix(ev.id, fmt.Sprintf("-%d", i+1)) || !strings.Contains(ev.data, ids[i]) {
-			t.Fatalf("event %d = %s %s, want the launch of %s", i, ev.name, ev.id, ids[i])
+		for started := false; !started; {
+			seq++
+			ev := nextEvent(t, reader)
+			if ev.name != "change" || !strings.HasSuffix(ev.id, fmt.Sprintf("-%d", seq)) || !strings.Contains(ev.data, ids[i]) {
+				t.Fatalf("event %d = %s %s, want a change of %s", seq, ev.name, ev.id, ids[i])
+			}
+			started = !strings.Contains(ev.data, `"starting":true`)
 		}
 	}
 	if !testmain.Eventually(10*time.Second, func() bool { return strings.Contains(log.String(), "i/o timeout") }) {

@@ -81,7 +81,9 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     step; when the session was seen idle, Unfinished, and with Run.Confirmed Failed with
 //     [HaltedAfterToolCall]: the loop halted. A compaction summary is not an end either (the
 //     loop goes on with "Continue…"): Unfinished when idle, and with Run.Confirmed Failed with
-//     [Interrupted].
+//     [Interrupted]. Nor is a step that does not answer the newest user message (its
+//     parentID): one stored after the step was set up (a steer, a message posted into the
+//     session), which OpenCode's loop answers in one more step.
 //   - Otherwise Completed, with its text parts (ignored parts left out) as the result — once
 //     the session was seen idle or Run.Confirmed: a read that no idle asked for (after a
 //     reconnect) may fall between two steps, and is Unfinished, to be confirmed.
@@ -109,12 +111,27 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 		return onIdle(run, Verdict{Outcome: Failed, Error: HaltedAfterToolCall})
 	case last.Info.IsSummary(): // a compaction in the middle of the run: "Continue…" comes next
 		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
+	case !answersNewestUser(msgs, last): // OpenCode's loop ends only on a reply to its newest user message
+		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
 	case !run.Idle && !run.Confirmed:
 		// A read nothing idle asked for (after a reconnect) may fall between two steps of a
 		// step OpenCode would take for final: confirm the loop is not running first.
 		return Verdict{Outcome: Unfinished}
 	}
 	return Verdict{Outcome: Completed, Result: replyText(last), Ended: completedAt(last)}
+}
+
+// answersNewestUser reports whether assistant message last answers the newest user message
+// of msgs, as OpenCode 1.18.33's loop requires before it stops (its newest assistant
+// message's parentID is its newest user message's id); true when msgs hold no user message
+// (a long run's prompt is older than the messages read) or last names no parent.
+func answersNewestUser(msgs []opencode.Message, last *opencode.Message) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if in := &msgs[i].Info; in.Role == opencode.RoleUser {
+			return last.Info.ParentID == "" || last.Info.ParentID == in.ID
+		}
+	}
+	return true
 }
 
 // completedAt returns when message m was completed, or the zero time.
@@ -186,12 +203,17 @@ func replyText(m *opencode.Message) string {
 }
 
 // promptStored reports whether msgs, the newest messages of a session, show that the
-// session has the prompt with id prompt: the prompt itself, a reply to it, or a newer
-// message (the prompt is then older than the messages read, or something else was sent
-// after it). Message ids of one server sort in creation order.
+// session has the prompt with id prompt: the prompt itself, a reply to it, or a newer user
+// message or reply to one (the prompt is then older than the messages read, or something
+// else was sent after it). A reply to an older message is no proof, however new its id: the
+// prompt's id was chosen by its sender, and a step the server started after that may end
+// before the prompt lands (a steer on its way when the run ends). Message ids of one server
+// sort in creation order.
 func promptStored(msgs []opencode.Message, prompt string) bool {
 	for i := range msgs {
-		if in := &msgs[i].Info; in.ID == prompt || in.ParentID == prompt || in.ID > prompt {
+		in := &msgs[i].Info
+		if in.ID == prompt || in.ParentID == prompt ||
+			in.ID > prompt && (in.Role == opencode.RoleUser || in.ParentID > prompt) {
 			return true
 		}
 	}

@@ -361,7 +361,7 @@ func (f *fixture) callers(sid string) []map[string]string {
 	return out
 }
 
-var launchedRe = regexp.MustCompile(`Background task launched: (ses_[0-9A-Za-z]+)`)
+var launchedRe = regexp.MustCompile(`Background task launched: (tsk_[0-9A-Za-z]+)`)
 
 // launchedID returns the task id of the launch reply among the request's tool results.
 func launchedID(r *opencodetest.Request) string {

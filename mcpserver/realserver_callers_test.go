@@ -60,7 +60,7 @@ func testChildForgedMeta(t *testing.T, f *fixture) {
 	if len(f.logs.find("mcpserver: _meta.sessionID ignored (CallerFromMeta is off)")) == 0 {
 		t.Error("the bridge did not log the _meta.sessionID it ignored")
 	}
-	for sid, want := range map[string]int{victim: 0, owner.SessionID: 1, task.ID: 0} {
+	for sid, want := range map[string]int{victim: 0, owner.SessionID: 1, done.SessionID: 0} {
 		if tasks, err := f.m.List(asyncagents.Caller{SessionID: sid}, ""); err != nil || len(tasks) != want {
 			t.Errorf("tasks of %s: %+v, %v; want %d", sid, tasks, err, want)
 		}

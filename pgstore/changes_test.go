@@ -252,6 +252,44 @@ func TestMigrationNumbersTasks(t *testing.T) {
 	}
 }
 
+// A database of schema 5 whose tasks have their sessions' ids as ids (an earlier version's)
+// is migrated: the tree of a session goes through them, and through a task of this version
+// below them, whose id is not its session's.
+func TestMigrationKeepsTheTreesOfOldTasks(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	ctx := t.Context()
+	if err := pgstore.MigrateTo(ctx, url, 5); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, url)
+	var want asyncagents.Usage
+	for i, parent := range []string{"ses_root", "ses_top"} { // ses_child was launched by task ses_top
+		old := storetest.FullTask([]string{"ses_top", "ses_child"}[i], i)
+		old.SessionID, old.ParentSessionID, old.AnchorSessionID = "", parent, ""
+		want = want.Add(old.Usage)
+		raw, err := json.Marshal(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, conn, `INSERT INTO asyncagents_tasks (id, parent, status, started, holder, fence, lease_until, task)
+			VALUES ($1, $2, $3, $4, 'old-host', 1, now() + interval '1 minute', $5)`,
+			old.ID, old.ParentSessionID, string(old.Status), old.Started, raw)
+	}
+	s := open(t, url, 10*time.Second)
+	if u, err := s.TreeUsage(ctx, "ses_root"); err != nil || u != want {
+		t.Errorf("TreeUsage(ses_root) of migrated tasks = %v, %v; want %v", u, err, want)
+	}
+	below := storetest.FullTask("tsk_below", 2) // runs in ses_below
+	below.ParentSessionID, below.AnchorSessionID = "ses_child", ""
+	if err := s.Save(ctx, below); err != nil {
+		t.Fatal(err)
+	}
+	want = want.Add(below.Usage)
+	if u, err := s.TreeUsage(ctx, "ses_root"); err != nil || u != want {
+		t.Errorf("TreeUsage(ses_root) with a new task below = %v, %v; want %v", u, err, want)
+	}
+}
+
 // Slots of tasks that ended or are gone count for nothing and are deleted, whoever left them
 // there (issue 35: a serve paused past its lease re-inserted and granted a slot for a task
 // another serve had run and finished, and nothing ever deleted it).

@@ -40,6 +40,7 @@ func FullTask(id string, n int) asyncagents.Task {
 		ResumeCount:     n%3 + 1,
 		Steers:          n%2 + 1,
 		Paused:          true,
+		Starting:        true,
 		LaunchKey:       fmt.Sprintf("toolu_%d", n),
 		Forked:          true,
 		ForkMode:        asyncagents.ForkNative,

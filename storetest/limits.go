@@ -113,8 +113,10 @@ func checkAdmitBudget(r *leaseRun) {
 	a, b := ls[0], ls[1]
 	const p = "ses_p"
 	done := asyncagents.StatusCompleted
-	t1, t2 := launched("ses_1", p, "", done, used600), launched("ses_2", p, "", done, used300)
-	nested := launched("ses_nested", t2.ID, "", done, used200) // launched by task ses_2
+	// Task ids are not their sessions' (FullTask: tsk_x runs in ses_x): the tree goes from a
+	// task to the tasks its session launched.
+	t1, t2 := launched("tsk_1", p, "", done, used600), launched("tsk_2", p, "", done, used300)
+	nested := launched("tsk_nested", t2.SessionID, "", done, used200) // launched by task tsk_2
 	all := used600.Add(used300).Add(used200)
 	if !r.admit(a, t1, 0, treeBudget, "with nothing used", nil) ||
 		!r.admit(b, t2, 0, treeBudget, "with 600 tokens used on another store", nil) ||
@@ -122,18 +124,18 @@ func checkAdmitBudget(r *leaseRun) {
 		return
 	}
 	_ = r.expectUsage(a, p, "of tasks on two stores and a nested one", all) &&
-		r.expectUsage(b, t2.ID, "of a task's own tasks", used200) &&
-		r.admit(a, launched("ses_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
+		r.expectUsage(b, t2.SessionID, "of a task's own tasks", used200) &&
+		r.admit(a, launched("tsk_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
 			"with 1,100 tokens used below the parent", asyncagents.ErrBudget) &&
-		r.admit(a, launched("ses_4", nested.ID, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
+		r.admit(a, launched("tsk_4", nested.SessionID, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
 			"below a nested task, with 1,100 tokens used below the session two levels above", asyncagents.ErrBudget) &&
-		r.admit(a, launched("ses_5", "ses_fresh", "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
+		r.admit(a, launched("tsk_5", "ses_fresh", "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
 			"of another session", nil) &&
 		r.delete(b, t1.ID) &&
 		r.expectUsage(b, p, "after another store deleted a task that used 600 tokens", all) &&
-		r.admit(a, launched("ses_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
+		r.admit(a, launched("tsk_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, treeBudget,
 			"after a task that used 600 of the 1,100 tokens was deleted", asyncagents.ErrBudget) &&
-		r.admit(a, launched("ses_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, asyncagents.Budget{Cost: 1},
+		r.admit(a, launched("tsk_3", p, "", asyncagents.StatusRunning, asyncagents.Usage{}), 0, asyncagents.Budget{Cost: 1},
 			"under a budget in USD that the 0.875 used leave room in", nil)
 }
 

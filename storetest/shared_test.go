@@ -422,7 +422,7 @@ func TestTestLeaseStoreFindsViolations(t *testing.T) {
 		{fault: "changes carry prompts", failing: []string{"Changes: Changes(0) of every task, after three stores saved theirs returned task ses_1 unlike its summary"}},
 		{fault: "changes ignore the limit", failing: []string{"Changes: Changes(0, 1) one at a time returned 3 changes, more than the limit"}},
 		{fault: "ignores the cap", failing: []string{"AdmitCap: Admit(ses_3, 2, none) with two active tasks", "AdmitAtOnce: of two launches at once"}},
-		{fault: "ignores the budget", failing: []string{"AdmitBudget: Admit(ses_3, 0, 1,000 tokens) with 1,100 tokens used below the parent: <nil>"}},
+		{fault: "ignores the budget", failing: []string{"AdmitBudget: Admit(tsk_3, 0, 1,000 tokens) with 1,100 tokens used below the parent: <nil>"}},
 		{fault: "lease only"},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {

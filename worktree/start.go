@@ -25,6 +25,25 @@ import (
 // snapshot would take conflict markers for content), [ErrTaskExists] or [ErrLocked], and
 // then has changed nothing; on any later failure it removes what it made.
 func (r *Repo) Start(ctx context.Context, id string) (Task, error) {
+	return r.start(ctx, id)
+}
+
+// Check returns the error [Repo.Start] would return now for the state of the repository
+// alone, without making anything: [ErrUnbornHead] when HEAD has no commit, the error of a
+// merge, rebase or the like in progress, or git's. It runs git rev-parse and reads the git
+// directory; it takes no lock, so a Start right after it may still fail.
+func (r *Repo) Check(ctx context.Context) error {
+	if err := r.checkState(ctx, r.top, r.gitDir); err != nil {
+		return err
+	}
+	_, err := r.git.line(ctx, r.top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+	if exitCode(err) == 1 {
+		return fmt.Errorf("%w: %s", ErrUnbornHead, r.top)
+	}
+	return err
+}
+
+func (r *Repo) start(ctx context.Context, id string) (Task, error) {
 	if err := checkID(id); err != nil {
 		return Task{}, err
 	}

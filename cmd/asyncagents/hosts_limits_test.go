@@ -213,7 +213,7 @@ func TestLaunchRefusedWhileServeIsCutFromTheDatabase(t *testing.T) {
 	ids := map[string]bool{}
 	for _, task := range all {
 		stored = append(stored, task.Description)
-		ids[task.ID] = true
+		ids[task.SessionID] = true
 	}
 	slices.Sort(stored)
 	slices.Sort(told)

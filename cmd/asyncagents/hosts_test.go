@@ -529,7 +529,7 @@ func TestHostsCutOffAndDatabaseRestart(t *testing.T) {
 			return false
 		}
 		for _, task := range stored {
-			if _, busy := st[task.ID]; busy {
+			if _, busy := st[task.SessionID]; busy {
 				return false
 			}
 		}
@@ -587,17 +587,25 @@ func launchCalls(ctx context.Context, c *opencode.HTTPClient, parent string, cal
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	list, _ := json.Marshal(calls)
-	reply, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(callsPrefix + string(list))}})
-	if err != nil {
+	text := callsPrefix + string(list)
+	if _, err := c.Prompt(ctx, parent, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText(text)}}); err != nil {
 		return fmt.Errorf("parent %s: %w", parent, err)
 	}
 	msgs, err := c.Messages(ctx, parent, 0)
 	if err != nil {
 		return fmt.Errorf("parent %s: %w", parent, err)
 	}
+	// The steps that answer the prompt name it as their parent (a notification that lands in
+	// the parent meanwhile is answered by a step of its own, which names the notification).
+	prompt := ""
+	for _, m := range msgs {
+		if m.Info.Role == opencode.RoleUser && len(m.Parts) > 0 && m.Parts[0].Text == text {
+			prompt = m.Info.ID
+		}
+	}
 	launched := 0
 	for _, m := range msgs {
-		if m.Info.Role != opencode.RoleAssistant || m.Info.ParentID != reply.Info.ParentID {
+		if m.Info.Role != opencode.RoleAssistant || m.Info.ParentID != prompt {
 			continue
 		}
 		for _, p := range m.Parts {

@@ -75,15 +75,19 @@ func launchIsolated(t *testing.T, c *opencode.HTTPClient, parent, path, descript
 	return task.Worktree
 }
 
-// A serve is SIGKILLed while it launches an isolated task: the worktree and its branch are
-// made, and the creation of the task's session (POST /session, held by a proxy between serve
-// and OpenCode) has not answered, so no task records them. Serve is started again on the
-// same store; as the store holds another isolated task of the same repository, the new
-// serve opens that repository at its start and removes the orphan worktree, its branch and
-// base ref (its folder made older than the minute a sweep leaves a worktree to the host
-// recording it), before any launch. The recorded task's worktree and branch are kept; a
-// launch after the restart gets a worktree that works, and the parent's checkout is as it
-// was throughout.
+// A serve is SIGKILLed while it starts an isolated task: the launch answered at once with the
+// task, recorded as starting; the worktree and its branch are made, and the creation of the
+// task's session (POST /session, held by a proxy between serve and OpenCode) has not
+// answered, so the task records neither. Serve is started again on the same store; as the
+// store holds another isolated task of the same repository, the new serve opens that
+// repository at its start and removes the orphan worktree, its branch and base ref (its
+// folder made older than the minute a sweep leaves a worktree to the host recording it),
+// before any launch, and ends the task left starting in error, saying so. The recorded
+// task's worktree and branch are kept; a launch after the restart gets a worktree that works,
+// and the parent's checkout is as it was throughout.
+//
+// Issue 34, item 1: a host SIGKILLed while a launch is starting leaves a task the next host
+// fails, never one stuck.
 //
 // Issue 32, item 7: SIGKILL of the host between creating and recording a worktree → swept at
 // the next start.
@@ -153,8 +157,14 @@ func TestWorktreeOfAKilledLaunchIsSweptAtTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 1 || tasks[0].Worktree == nil || tasks[0].Worktree.ID != kept.ID {
-		t.Fatalf("the store holds %+v; want only the kept task", tasks)
+	var killed asyncagents.Task
+	for _, tk := range tasks {
+		if tk.Description == "killed" {
+			killed = tk
+		}
+	}
+	if len(tasks) != 2 || !killed.Starting || killed.SessionID != "" || killed.Worktree != nil {
+		t.Fatalf("the store holds %+v; want the kept task and the killed one starting, with no session or worktree", tasks)
 	}
 	leftovers := func() []string { // what git still knows of the orphan
 		var found []string
@@ -195,10 +205,20 @@ func TestWorktreeOfAKilledLaunchIsSweptAtTheNextStart(t *testing.T) {
 		t.Errorf("the recorded task's branch is gone: %q", branches)
 	}
 
-	// A launch after the restart gets a worktree that works.
-	if err := <-launched; err == nil {
-		t.Fatal("the launch of a killed serve reports a task launched")
+	// The launch had answered; the task it left starting ends in error.
+	if err := <-launched; err != nil {
+		t.Fatalf("the launch of the serve killed later: %v", err)
 	}
+	if !testmain.Eventually(30*time.Second, func() bool {
+		tasks, err := asyncagents.ReadFileStore(t.Context(), store)
+		return err == nil && slices.ContainsFunc(tasks, func(tk asyncagents.Task) bool {
+			return tk.ID == killed.ID && tk.Status == asyncagents.StatusError && strings.Contains(tk.Error, "while the task was starting")
+		})
+	}) {
+		t.Errorf("the task left starting did not end in error after the restart\n%s", second.out)
+	}
+
+	// A launch after the restart gets a worktree that works.
 	after := launchIsolated(t, c, parent.ID, store, "after", "echo after > after.txt")
 	if after.ID == orphan || !strings.HasPrefix(after.Dir, root) {
 		t.Errorf("the launch after the restart got the worktree %+v", after)

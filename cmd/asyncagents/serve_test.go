@@ -332,7 +332,7 @@ func TestServeLongAnswersOutliveReadTimeout(t *testing.T) {
 	if part.State.Status != "completed" {
 		t.Fatalf("asyncagents_task: %s %s", part.State.Status, part.State.Error)
 	}
-	id := regexp.MustCompile(`ses_[0-9A-Za-z]+`).FindString(part.State.Output)
+	id := regexp.MustCompile(`tsk_[0-9A-Za-z]+`).FindString(part.State.Output)
 	start := time.Now()
 	part = callTool(t, c, parent.ID, "asyncagents_output", `{"task_id":"`+id+`","block":true,"timeout":60}`)
 	if part.State.Status != "completed" || !strings.Contains(part.State.Output, "slept 3") {

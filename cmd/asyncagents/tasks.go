@@ -235,7 +235,11 @@ func printTasks(out io.Writer, tasks []asyncagents.Task, from string, now time.T
 			if !t.Usage.IsZero() {
 				used = t.Usage.String()
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\t%s\n", quote(t.ID), quote(string(t.Status)), t.Duration(now).Round(time.Second),
+			status := string(t.Status)
+			if t.Starting && !t.Status.Terminal() {
+				status = "starting"
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\t%s\n", quote(t.ID), quote(status), t.Duration(now).Round(time.Second),
 				t.Progress.ToolCalls, used, quote(desc))
 		}
 	}
