@@ -266,9 +266,9 @@ func (m *Manager) start() {
 }
 
 // Close stops the event subscription, the poller, the reconcilers and the notifier. It
-// first waits for operations in flight (a Launch that created its session records it), then
-// stops the goroutines and waits for them, or until ctx ends (returning ctx.Err(); they
-// still stop). Notifications still queued get one delivery attempt. Tasks keep running on
+// first waits for operations in flight and for the starts of launched tasks under way (their
+// sessions are made and recorded, their prompts sent), then stops the goroutines and waits
+// for them, or until ctx ends (returning ctx.Err(); they still stop). Notifications still queued get one delivery attempt. Tasks keep running on
 // the server and their records stay in the store: a new Manager on a store that outlives the
 // process (a [FileStore], or a shared store such as pgstore's) picks them up; the default
 // [MemoryStore] goes with the process. Close is idempotent; afterwards every method returns
@@ -283,6 +283,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.mu.Unlock()
 	})
 	err := waitCtx(ctx, &m.ops)
+	if err == nil { // the starts under way end first: their saves need the store open
+		err = waitCtx(ctx, &m.starts.wg)
+	}
 	m.bg.stop()
 	if err != nil {
 		return err

@@ -78,6 +78,7 @@ type runState struct {
 	sending bool
 	sentAt  time.Time
 	sends   int
+	claimed bool // the first send of a new task's prompt was claimed, by its start or a grant
 
 	// suspect is what a confirmed-idle look last found against the run (see
 	// confirmUnfinished), first at suspectAt.

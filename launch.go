@@ -85,7 +85,8 @@ func parseModel(s string) (*opencode.Model, error) {
 //
 //   - for a fork, reads the caller's messages newest first (GET /session/{id}/message?limit=…&before=…),
 //     only those up to the launching message (Caller.MessageID, when set: the fork is of the
-//     caller as it was at the launch) and only as far back as the child's context reaches
+//     caller as it was at the launch; without it, of the caller as the start finds it) and
+//     only as far back as the child's context reaches
 //     (the latest compaction summary, or what fits the budget), and runs the fork pipeline;
 //   - for an isolated task ([IsolationWorktree]), makes its git worktree;
 //   - creates the child session in the caller's directory, or the worktree
@@ -389,6 +390,9 @@ func (b *background) deleteSession(client opencode.Client, id string) {
 func (m *Manager) takeSlot(e *entry) bool {
 	m.mu.Lock()
 	switch {
+	case e.stopped():
+		m.mu.Unlock()
+		return false
 	case e.task.Status == StatusRunning:
 		m.mu.Unlock()
 		return true

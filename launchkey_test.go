@@ -50,6 +50,9 @@ func TestRetriedLaunchReturnsTheSameTask(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if ids[0] != "" {
+		asyncagentstest.AwaitTask(t, m, ids[0], func(tk asyncagents.Task) bool { return !tk.Starting }) // its session is made
+	}
 	if f.SessionCount() != before+1 || ids[0] == "" || ids[1] != ids[0] || ids[2] != ids[0] || ids[3] != ids[0] {
 		t.Fatalf("four launches with one key made %d sessions: %v", f.SessionCount()-before, ids)
 	}

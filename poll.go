@@ -16,7 +16,7 @@ func (m *Manager) poll() {
 	var expired []watchdog
 	now := m.bg.now()
 	for id, e := range m.tasks.byID {
-		if !e.task.Status.Active() || e.task.SessionID == "" { // no session yet: its start decides
+		if !e.task.Status.Active() || e.task.Starting { // its start decides
 			continue
 		}
 		if w, ok := e.expired(now, m.cfg.stale); ok {

@@ -58,7 +58,8 @@ func (m *Manager) startQueued(start []*entry) {
 	for _, e := range start {
 		m.persist(e)
 		m.mu.Lock()
-		rc, sent := e.task.ResumeCount, e.run.sends > 0 || e.run.sending // its start sent it
+		rc, sent := e.task.ResumeCount, e.run.claimed || e.run.sends > 0 || e.run.sending // its start sent it
+		e.run.claimed = e.run.claimed || !e.task.Starting // while it starts, its start sends it
 		m.mu.Unlock()
 		if sent && rc == 0 {
 			continue

@@ -138,7 +138,9 @@ func (h *sharedHosts) leaseLoop() {
 			for _, id := range wanted {
 				m.mu.Lock()
 				e := m.tasks.byID[id]
-				handing := e != nil && !e.hold.lost && !m.bg.now().Before(e.hold.retryAt)
+				// A task that starts is handed over once its start is over: the host that took it
+				// would take it for one a stopped host left starting.
+				handing := e != nil && !e.hold.lost && !e.task.Starting && !m.bg.now().Before(e.hold.retryAt)
 				if handing {
 					e.hold.lost = true // stops new requests on it; handOver waits for the others
 				}
@@ -350,6 +352,7 @@ func (h *sharedHosts) remote(parent string) []Task {
 	for _, t := range stored {
 		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && checkSeal(&t, m.cfg.recordKey) == nil { // the others are not shown
 			m.tasks.reg.AddForeign(t.ParentSessionID, t.ID) // known now: display ids are unique among them
+			t.upgrade()
 			out = append(out, t)
 		}
 	}

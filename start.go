@@ -45,6 +45,7 @@ type startJob struct {
 type starts struct {
 	mu     sync.Mutex
 	queues map[string][]startJob // by parent; present while its goroutine runs
+	wg     sync.WaitGroup        // the goroutines; Close waits for them before it stops the rest
 }
 
 // enqueue queues j behind its parent's earlier starts, and starts the parent's goroutine
@@ -59,7 +60,11 @@ func (s *starts) enqueue(m *Manager, j startJob) {
 	s.queues[parent] = append(q, j)
 	s.mu.Unlock()
 	if !running {
-		m.bg.spawn("starting tasks", func() { m.runStarts(parent) })
+		s.wg.Add(1)
+		m.bg.spawn("starting tasks", func() {
+			defer s.wg.Done()
+			m.runStarts(parent)
+		})
 	}
 }
 
@@ -104,14 +109,27 @@ func (m *Manager) startTask(j startJob) {
 	if !m.takeSlot(e) && m.slots.shared != nil { // the store may grant it a slot at once
 		m.startQueued(m.slots.grant(ctx, &m.mu, m.cfg.logger, m.startedLocked))
 	}
-	// Started: a task running now has its prompt sent here, unless a grant sent it already; a
-	// queued one, when a slot frees (startQueued).
+	// Started: a task running now has its prompt sent here, unless a grant claimed its first
+	// send already; a queued one, when a slot frees (startQueued). The first send is claimed
+	// with Starting unset, so that a Steer waits for it and nothing sends it twice.
 	m.mu.Lock()
+	if e.stopped() {
+		m.mu.Unlock()
+		return
+	}
 	e.task.Starting = false
-	send := e.task.Status == StatusRunning && e.run.sends == 0 && !e.run.sending && !e.stopped()
+	send := e.task.Status == StatusRunning && !e.run.claimed
+	e.run.claimed = e.run.claimed || send
 	m.changedLocked(e)
 	m.mu.Unlock()
-	m.persist(e)
+	if err := m.persist(e); err != nil {
+		// The store still says starting: a prompt sent now would run a task the next host
+		// takes for one that never started.
+		if !lostLease(err) {
+			m.finish(e, 0, StatusError, "", "asyncagents: the task's start could not be recorded (the task store failed); launch it again")
+		}
+		return
+	}
 	if !send {
 		return
 	}
@@ -198,7 +216,10 @@ func (m *Manager) prepare(ctx context.Context, j startJob) (bool, error) {
 	m.mirrors.start(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
-	if err := m.persist(e); err != nil && !lostLease(err) {
+	if err := m.persist(e); lostLease(err) {
+		m.bg.deleteSession(m.client, sess.ID) // the host that holds it now ends it
+		return false, nil
+	} else if err != nil {
 		return false, fmt.Errorf("asyncagents: record the task's session: %w", err)
 	}
 	if injection != "" {

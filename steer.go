@@ -45,7 +45,7 @@ func (m *Manager) Steer(ctx context.Context, caller Caller, id, message string) 
 	case !t.Status.Active():
 		m.mu.Unlock()
 		return Task{}, fmt.Errorf("%w: only a running task can be steered; %s is %s (resume it to send a follow-up)", ErrNotRunning, t.ID, t.Status)
-	case e.run.sending || t.Starting:
+	case e.run.sending || t.Starting || t.ResumeCount == 0 && t.Steers == 0 && e.run.sentAt.IsZero():
 		m.mu.Unlock()
 		return Task{}, fmt.Errorf("%w: %s is starting and its prompt is not sent yet; try again in a moment", ErrTaskBusy, t.ID)
 	}

@@ -36,7 +36,7 @@ func TestQuickstart(t *testing.T) {
 	if err := run(ctx, srv.Directory, store, &first); err != nil {
 		t.Fatalf("first run: %v\n%s", err, first.String())
 	}
-	launched := regexp.MustCompile(`launched (ses_\w+) for parent ses_\w+`).FindStringSubmatch(first.String())
+	launched := regexp.MustCompile(`launched (tsk_\w+) for parent ses_\w+`).FindStringSubmatch(first.String())
 	if launched == nil || !strings.Contains(first.String(), result) || strings.Contains(first.String(), "earlier run") {
 		t.Fatalf("first run printed:\n%s\nwant a launch, no earlier task, and %q", first.String(), result)
 	}
