@@ -58,8 +58,9 @@ func (m *Manager) startQueued(start []*entry) {
 	for _, e := range start {
 		m.persist(e)
 		m.mu.Lock()
-		rc, sent := e.task.ResumeCount, e.run.claimed || e.run.sends > 0 || e.run.sending // its start sent it
-		e.run.claimed = e.run.claimed || !e.task.Starting // while it starts, its start sends it
+		// Its start sent it already, or sends it (while it starts).
+		rc, sent := e.task.ResumeCount, e.run.claimed || e.run.sends > 0 || e.run.sending
+		e.run.claimed = e.run.claimed || !e.task.Starting
 		m.mu.Unlock()
 		if sent && rc == 0 {
 			continue
