@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,24 +68,10 @@ func BenchmarkRealServerLaunchLatency(b *testing.B) {
 						b.Fatalf("task %s: %q", got.Status, got.Error)
 					}
 				}
-				b.ReportMetric(ms(percentile(launches, 50)), "launch-p50-ms")
-				b.ReportMetric(ms(percentile(launches, 99)), "launch-p99-ms")
-				b.ReportMetric(ms(percentile(starts, 50)), "start-p50-ms")
+				b.ReportMetric(millis(quantile(launches, 0.5)), "launch-p50-ms")
+				b.ReportMetric(millis(quantile(launches, 0.99)), "launch-p99-ms")
+				b.ReportMetric(millis(quantile(starts, 0.5)), "start-p50-ms")
 			})
 		}
 	}
 }
-
-// percentile returns the p-th percentile of ds (nearest rank).
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	i := (p*len(s) + 99) / 100
-	return s[max(i-1, 0)]
-}
-
-// ms returns d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
