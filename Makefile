@@ -17,6 +17,7 @@
 #   make testdata  capture fork's golden-test sessions from a real server and rewrite the goldens
 #   make postgres  install Debian's postgresql (initdb and postgres, which pgstore's tests start
 #               in temporary folders), when it is missing (run by race and so by test)
+#   make tui      install Debian's tmux for the TUI tests, when it is missing (run by race and so by test)
 #   make browser  install Debian's chromium for the dashboard's browser test, when it is missing
 #               (run by race and so by test)
 #   make test-versions  the race tests (real-server suite included) and a capture run against the
@@ -39,7 +40,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all build test vet compat fmt-check race postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
+.PHONY: all build test vet compat fmt-check race tui postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
 
 all: test
 
@@ -79,7 +80,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-race: opencode browser postgres
+race: opencode browser postgres tui
 	$(GO) test -race -count=1 -timeout 25m ./...
 
 # browser installs Debian's chromium, which dashboard/browser_test.go drives headless, unless a
@@ -89,6 +90,11 @@ race: opencode browser postgres
 # and says how to install it, and under CI=true it fails with that message.
 browser:
 	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || deps/apt-install chromium "the dashboard's browser test"
+
+# tui installs Debian's tmux, the pseudo-terminal the TUI tests run OpenCode's TUI in and read
+# its screen from, unless it is there, in the same way and with the same rules as browser.
+tui:
+	@command -v tmux >/dev/null 2>&1 || deps/apt-install tmux "the TUI tests"
 
 # postgres installs Debian's postgresql when no initdb is in /usr/lib/postgresql/*/bin, in the
 # same way and with the same rules as browser: the pgstore tests skip without it, and fail under CI=true.

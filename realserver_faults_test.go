@@ -215,7 +215,7 @@ func restartWhileRunning(t *testing.T, srv *opencodetest.Server, shielded bool) 
 		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
 	}
 	t.Logf("all notifications delivered %v after the server was back", time.Since(restarted))
-	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
+	settle(t, m, srv.Client(), "✗ Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
 }
 
 // T-7: with the event stream refused (503) and every prompt_async held 300–800 ms, so the
@@ -287,7 +287,7 @@ func TestFaultPollFallbackWithoutEvents(t *testing.T) {
 	for _, p := range parents {
 		want[p.SessionID] = 2
 	}
-	settle(t, m, srv.Client(), "✓ **Agent ", want)
+	settle(t, m, srv.Client(), "✓ Agent ", want)
 }
 
 // N, §8: a parent unreachable (every route answers 503) for many delivery attempts — more
@@ -325,7 +325,7 @@ func TestFaultParentOutageNotifiedOnce(t *testing.T) {
 	if n := note(m, task.ID); n.Attempts != failed+1 && n.Attempts != failed+2 {
 		t.Errorf("delivered after %d attempts, %d of them failed before the parent was back", n.Attempts, failed)
 	}
-	settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
+	settle(t, m, srv.Client(), "✓ Agent ", map[string]int{parent.SessionID: 1})
 }
 
 // N, §8: the first notification post reaches the server but its answer is lost (the
@@ -400,7 +400,7 @@ func TestFaultLostNotificationResponse(t *testing.T) {
 			if n := countReplies(t, srv.Client(), parent.SessionID); n != turns {
 				t.Errorf("the parent replied %d times, want %d", n, turns)
 			}
-			settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
+			settle(t, m, srv.Client(), "✓ Agent ", map[string]int{parent.SessionID: 1})
 		})
 	}
 }
@@ -474,7 +474,7 @@ func TestFaultUnreachableParentDelaysNoOther(t *testing.T) {
 		clock.Advance(time.Minute)
 		return delivered(m, ta.ID)
 	})
-	settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{a.SessionID: 1, b.SessionID: 1})
+	settle(t, m, srv.Client(), "✓ Agent ", map[string]int{a.SessionID: 1, b.SessionID: 1})
 }
 
 // N: parents whose requests hang — the server accepted the connection and never answers, as
@@ -568,7 +568,7 @@ func TestFaultHostRestartOnFileStore(t *testing.T) {
 	for _, id := range []string{early.ID, late.ID, other.ID} {
 		asyncagentstest.AwaitTask(t, m2, id, asyncagentstest.Delivered)
 	}
-	settle(t, m2, c, "✓ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
+	settle(t, m2, c, "✓ Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
 }
 
 // T-6, §8: events the server never sent in that order — session.idle before the reply
@@ -624,7 +624,7 @@ func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 			t.Errorf("task %s: %s with notifications %+v", tk.ID, got.Status, got.Notifications)
 		}
 	}
-	settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
+	settle(t, m, srv.Client(), "✓ Agent ", map[string]int{p1.SessionID: 2, p2.SessionID: 1})
 }
 
 // T-23, §8: the server is SIGKILLed while one task's model streams and another's bash tool
@@ -687,7 +687,7 @@ func TestFaultServerKilledInterruptsRuns(t *testing.T) {
 		asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
 	}
 	asyncagentstest.AwaitNotifications(t, srv.Client(), p.SessionID, 2)
-	settle(t, m, srv.Client(), "✗ **Agent ", map[string]int{p.SessionID: 2})
+	settle(t, m, srv.Client(), "✗ Agent ", map[string]int{p.SessionID: 2})
 }
 
 // prompts returns the user messages of session id that carry text, and the number of text
@@ -769,7 +769,7 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 				if err != nil || len(msgs) == 0 || len(msgs[0].Parts) != 1 || !msgs[0].Parts[0].Synthetic {
 					t.Fatalf("context messages = %+v, %v; want one synthetic part first", msgs, err)
 				}
-				settle(t, m, srv.Client(), "✓ **Agent ", map[string]int{parent.SessionID: 1})
+				settle(t, m, srv.Client(), "✓ Agent ", map[string]int{parent.SessionID: 1})
 				return
 			}
 			// A blocker holds the one slot, so that the task under test is queued and its

@@ -170,7 +170,7 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	// N-1/N-5/N-8: the parent receives one notification per run.
 	got := asyncagentstest.AwaitNotifications(t, c, parent.ID, 3)
 	for _, n := range got {
-		if !strings.HasPrefix(n, "✓ **Agent ") && !strings.HasPrefix(n, "✓ **Resume #1 completed") {
+		if !strings.HasPrefix(n, "✓ Agent ") && !strings.HasPrefix(n, "✓ Resume #1 completed") {
 			t.Errorf("notification %q, want a run completed", n)
 		}
 	}

@@ -261,7 +261,7 @@ func TestRealServerTaskBudgetAbortsTheRun(t *testing.T) {
 		t.Errorf("aborted after %v with %+v", got.Duration(time.Now()), got.RunUsage)
 	}
 	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
-	settle(t, m, c, "✗ **Agent ", map[string]int{caller.SessionID: 1})
+	settle(t, m, c, "✗ Agent ", map[string]int{caller.SessionID: 1})
 }
 
 // createsClient counts the sessions created through it.

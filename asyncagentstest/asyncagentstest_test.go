@@ -241,7 +241,7 @@ func TestOnRealServer(t *testing.T) {
 		t.Errorf("task = %s %q %q", task.Status, task.Result, task.Error)
 	}
 	asyncagentstest.AwaitTask(t, m, task.ID, asyncagentstest.Delivered)
-	if got := asyncagentstest.AwaitNotifications(t, srv.Client(), caller.SessionID, 1); len(got) != 1 || !strings.HasPrefix(got[0], `✓ **Agent "test" finished in `) {
+	if got := asyncagentstest.AwaitNotifications(t, srv.Client(), caller.SessionID, 1); len(got) != 1 || !strings.HasPrefix(got[0], `✓ Agent "test" finished in `) {
 		t.Errorf("notifications = %q", got)
 	}
 }
@@ -367,7 +367,7 @@ func TestNotifications(t *testing.T) {
 		t.Fatalf("notifications = %q, want 3", got)
 	}
 	for i, n := range got {
-		if !strings.HasPrefix(n, `✓ **Agent "test" finished in `) || !strings.HasSuffix(n, "/3") {
+		if !strings.HasPrefix(n, `✓ Agent "test" finished in `) || !strings.HasSuffix(n, "/3") {
 			t.Errorf("notification %d = %q", i, n)
 		}
 	}

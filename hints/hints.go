@@ -65,13 +65,13 @@ type Overlap struct {
 
 // Visible returns the visible part of the parent notification, two lines joined by "\n":
 //
-//	✓ **Agent "<description>" finished in <duration>.**     Completed
-//	✗ **Agent "<description>" failed in <duration>.**       Failed
-//	⊘ **Agent "<description>" cancelled after <duration>.** Cancelled
-//	⏸ **Agent "<description>" is waiting for permission: <permission>.**  Waiting, Permission set
-//	⏸ **Agent "<description>" paused at its budget after <duration>.**     Paused
-//	✓ **Resume #<n> completed in <duration>.**              Completed, Resume > 0
-//	✗ **Resume #<n> failed in <duration>.**                 otherwise, Resume > 0
+//	✓ Agent "<description>" finished in <duration>.     Completed
+//	✗ Agent "<description>" failed in <duration>.       Failed
+//	⊘ Agent "<description>" cancelled after <duration>. Cancelled
+//	⏸ Agent "<description>" is waiting for permission: <permission>.  Waiting, Permission set
+//	⏸ Agent "<description>" paused at its budget after <duration>.     Paused
+//	✓ Resume #<n> completed in <duration>.              Completed, Resume > 0
+//	✗ Resume #<n> failed in <duration>.                 otherwise, Resume > 0
 //	Task Progress: <Completed>/<Total>
 //
 // An isolated task's notice (Changes set) adds, before the progress line:
@@ -86,19 +86,19 @@ func Visible(n Notice, debug bool) string {
 	d := Duration(n.Duration)
 	switch {
 	case n.Paused:
-		head = fmt.Sprintf("⏸ **Agent %s paused at its budget after %s.**", Quote(n.Description), d)
+		head = fmt.Sprintf("⏸ Agent %s paused at its budget after %s.", Quote(n.Description), d)
 	case n.Resume > 0 && n.Outcome == Completed:
-		head = fmt.Sprintf("✓ **Resume #%d completed in %s.**", n.Resume, d)
+		head = fmt.Sprintf("✓ Resume #%d completed in %s.", n.Resume, d)
 	case n.Resume > 0:
-		head = fmt.Sprintf("✗ **Resume #%d failed in %s.**", n.Resume, d)
+		head = fmt.Sprintf("✗ Resume #%d failed in %s.", n.Resume, d)
 	case n.Outcome == Completed:
-		head = fmt.Sprintf("✓ **Agent %s finished in %s.**", Quote(n.Description), d)
+		head = fmt.Sprintf("✓ Agent %s finished in %s.", Quote(n.Description), d)
 	case n.Outcome == Failed:
-		head = fmt.Sprintf("✗ **Agent %s failed in %s.**", Quote(n.Description), d)
+		head = fmt.Sprintf("✗ Agent %s failed in %s.", Quote(n.Description), d)
 	case n.Outcome == Waiting:
-		head = fmt.Sprintf("⏸ **Agent %s is waiting for permission: %s.**", Quote(n.Description), Permission(n.Permission, n.Patterns))
+		head = fmt.Sprintf("⏸ Agent %s is waiting for permission: %s.", Quote(n.Description), Permission(n.Permission, n.Patterns))
 	default:
-		head = fmt.Sprintf("⊘ **Agent %s cancelled after %s.**", Quote(n.Description), d)
+		head = fmt.Sprintf("⊘ Agent %s cancelled after %s.", Quote(n.Description), d)
 	}
 	s := head
 	if c := n.Changes; c != nil && c.Error == "" {

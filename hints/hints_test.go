@@ -20,17 +20,17 @@ func TestVisible(t *testing.T) {
 		want  string
 	}{
 		{"N-1", hints.Notice{Outcome: hints.Completed, Description: "scan", Duration: 12 * time.Second, Completed: 1, Total: 2}, false,
-			"✓ **Agent \"scan\" finished in 12s.**\nTask Progress: 1/2"},
+			"✓ Agent \"scan\" finished in 12s.\nTask Progress: 1/2"},
 		{"N-2", hints.Notice{Outcome: hints.Failed, Description: "scan", Duration: 184 * time.Second, Completed: 2, Total: 2}, false,
-			"✗ **Agent \"scan\" failed in 3m 4s.**\nTask Progress: 2/2"},
+			"✗ Agent \"scan\" failed in 3m 4s.\nTask Progress: 2/2"},
 		{"N-4", hints.Notice{Outcome: hints.Cancelled, Description: "scan", Duration: 3723 * time.Second, Completed: 1, Total: 1}, false,
-			"⊘ **Agent \"scan\" cancelled after 1h 2m 3s.**\nTask Progress: 1/1"},
+			"⊘ Agent \"scan\" cancelled after 1h 2m 3s.\nTask Progress: 1/1"},
 		{"N-5 ok", hints.Notice{Outcome: hints.Completed, Resume: 2, Duration: 5 * time.Second, Completed: 1, Total: 1}, false,
-			"✓ **Resume #2 completed in 5s.**\nTask Progress: 1/1"},
+			"✓ Resume #2 completed in 5s.\nTask Progress: 1/1"},
 		{"N-5 failed", hints.Notice{Outcome: hints.Failed, Resume: 1, Duration: 0, Completed: 1, Total: 1}, false,
-			"✗ **Resume #1 failed in 0s.**\nTask Progress: 1/1"},
+			"✗ Resume #1 failed in 0s.\nTask Progress: 1/1"},
 		{"N-6", hints.Notice{Outcome: hints.Completed, Description: "d", Completed: 1, Total: 1}, true,
-			"✓ **Agent \"d\" finished in 0s.**\nTask Progress: 1/1 [hint attached]"},
+			"✓ Agent \"d\" finished in 0s.\nTask Progress: 1/1 [hint attached]"},
 	}
 	for _, tc := range cases {
 		if got := hints.Visible(tc.n, tc.debug); got != tc.want {

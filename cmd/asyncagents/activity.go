@@ -12,11 +12,20 @@ import (
 // maxLoggedError is how many characters of a task's error one log line carries.
 const maxLoggedError = 200
 
+// activity is what logActivity tells its notice of.
+type activity int
+
+const (
+	activityEnded      activity = iota + 1 // a run ended
+	activityPermission                     // the task's session waits for a new permission request
+)
+
 // logActivity logs one line for each launch and resume, run end and delivered notification
 // of m's own tasks (not other hosts'), as its subscription delivers them, on a goroutine of
 // its own until m is closed or stop is called; stop waits for it. A subscription that falls
 // behind is replaced, and what happened meanwhile is told from the task's next change.
-func logActivity(m *asyncagents.Manager, log *slog.Logger) (stop func(), err error) {
+// notice, when not nil, is called on that goroutine for each run end and permission request.
+func logActivity(m *asyncagents.Manager, log *slog.Logger, notice func(asyncagents.Task, activity)) (stop func(), err error) {
 	sub, tasks, err := m.Subscribe(0)
 	if err != nil {
 		return nil, err
@@ -36,7 +45,7 @@ func logActivity(m *asyncagents.Manager, log *slog.Logger) (stop func(), err err
 				case c.Removed:
 					delete(seen, c.Task.ID)
 				default:
-					seen[c.Task.ID] = logChange(log, seen[c.Task.ID], c.Task)
+					seen[c.Task.ID] = logChange(log, seen[c.Task.ID], c.Task, notice)
 				}
 			}
 			if s.Err() != asyncagents.ErrLagged {
@@ -68,14 +77,18 @@ func logActivity(m *asyncagents.Manager, log *slog.Logger) (stop func(), err err
 
 // seenTask is what logActivity last saw of a task.
 type seenTask struct {
-	known     bool
-	active    bool
-	resumes   int
-	delivered int
+	known      bool
+	active     bool
+	resumes    int
+	delivered  int
+	permission string // the id of the permission request the session waits on
 }
 
 func seenOf(t asyncagents.Task) seenTask {
 	s := seenTask{known: true, active: t.Status.Active(), resumes: t.ResumeCount}
+	if t.Permission != nil {
+		s.permission = t.Permission.ID
+	}
 	for _, n := range t.Notifications {
 		if n.State == asyncagents.NotificationDelivered {
 			s.delivered++
@@ -85,7 +98,7 @@ func seenOf(t asyncagents.Task) seenTask {
 }
 
 // logChange logs what changed of t since was, and returns what is seen now.
-func logChange(log *slog.Logger, was seenTask, t asyncagents.Task) seenTask {
+func logChange(log *slog.Logger, was seenTask, t asyncagents.Task, notice func(asyncagents.Task, activity)) seenTask {
 	now := seenOf(t)
 	id := t.DisplayID
 	if id == "" {
@@ -108,6 +121,12 @@ func logChange(log *slog.Logger, was seenTask, t asyncagents.Task) seenTask {
 			}
 		}
 		log.Info("asyncagents: task ended", args...)
+		if notice != nil {
+			notice(t, activityEnded)
+		}
+	}
+	if now.permission != "" && now.permission != was.permission && notice != nil {
+		notice(t, activityPermission)
 	}
 	if now.delivered > was.delivered {
 		log.Info("asyncagents: notification delivered", "task", id, "parent", t.ParentSessionID)

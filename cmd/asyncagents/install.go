@@ -16,7 +16,16 @@ import (
 	"github.com/asyncagents/asyncagents/mcpserver"
 )
 
-const installHelp = `Sets up a project for asyncagents: adds the bridge's entry to the "mcp" object of
+const installHelp = `Without -dir (the usual way): sets OpenCode up for asyncagents, once for the user. It
+writes the asyncagents plugin to OpenCode's global plugin folder
+($XDG_CONFIG_HOME/opencode/plugin/asyncagents.js, else ~/.config/opencode/plugin/): every
+OpenCode the user starts afterwards, in any project, with or without --port, gives its agents
+the asyncagents tools and starts the asyncagents daemon when none runs (see asyncagents help
+daemon). Nothing is needed per project: no password to export, no port to pick, no second
+command to run. A plugin file of that name that asyncagents did not write is left alone unless
+-force; one of an earlier install is replaced. Restart the OpenCode processes that run.
+
+With -dir: sets up one project for asyncagents serve (the server-side path): adds the bridge's entry to the "mcp" object of
 <dir>/opencode.json (other keys and entries are kept, in their order) and writes the
 companion plugin to <dir>/.opencode/plugin/<prefix>.js. The plugin tells the bridge which
 session calls; without it (-no-plugin) the bridge finds the caller by a lookup that refuses
@@ -35,7 +44,7 @@ type installConfig struct {
 
 func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
 	var c installConfig
-	fs.StringVar(&c.dir, "dir", ".", "the project `directory`")
+	fs.StringVar(&c.dir, "dir", "", "set up this project `directory` for asyncagents serve, instead of OpenCode for the user")
 	fs.StringVar(&c.url, "url", "http://"+DefaultListen+"/mcp", "the bridge's URL (asyncagents serve -listen, path /mcp)")
 	fs.StringVar(&c.tokenFile, "token-file", defaultPath("token"), "the bearer token file (created when missing)")
 	fs.StringVar(&c.prefix, "prefix", asyncagents.DefaultToolPrefix, "the MCP server name and tool prefix: 1 to 40 letters, digits, _ or -")
@@ -47,6 +56,9 @@ func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 	}
 	if err := checkPrefix(fs, c.prefix); err != nil {
 		return err
+	}
+	if c.dir == "" {
+		return installGlobal(c, out)
 	}
 	return install(c, out)
 }

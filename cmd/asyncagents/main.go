@@ -1,19 +1,24 @@
-// Command asyncagents lets the agents of an OpenCode server run background tasks: it runs the
-// asyncagents Manager beside `opencode serve`, offers its six tools to OpenCode's agents over
-// MCP, shows the tasks on a status page, and sets projects up to use it.
+// Command asyncagents lets the agents of OpenCode run background tasks.
 //
 // Usage:
 //
-//	asyncagents serve [flags]     run the Manager, the MCP bridge and the status page
-//	asyncagents install [flags]   add the MCP entry and the companion plugin to a project
-//	asyncagents tasks [flags]     list the tasks, for a person at a terminal
-//	asyncagents login [flags]     print a new login link for the status page
+//	asyncagents install [flags]   set OpenCode up, once per user (with -dir: one project for serve)
+//	asyncagents uninstall         undo install
+//	asyncagents daemon [flags]    the per-user daemon the plugin starts (-stop stops it)
+//	asyncagents serve [flags]     run the Manager, the MCP bridge and the status page beside `opencode serve`
+//	asyncagents tasks [flags]     list serve's tasks, for a person at a terminal
+//	asyncagents login [flags]     print a new login link for serve's status page
 //	asyncagents help [command]    show the help of a command
 //
-// A typical setup: run `asyncagents install` in each project (once), start
-// `asyncagents serve` beside `opencode serve`, and open the status page it prints. The
-// project's agents then have the tools asyncagents_task, asyncagents_output,
-// asyncagents_cancel, asyncagents_list, asyncagents_clear and asyncagents_merge.
+// An OpenCode user runs `asyncagents install` once, then `opencode` in any project as always:
+// the plugin install writes to OpenCode's global plugin folder gives every OpenCode's agents
+// the tools asyncagents_task, asyncagents_output, asyncagents_cancel, asyncagents_list,
+// asyncagents_clear and asyncagents_merge, and starts the daemon, one per user, which runs
+// the tasks of every OpenCode the user starts (see docs/opencode.md).
+//
+// The server-side path: run `asyncagents install -dir <project>` in each project (once),
+// start `asyncagents serve` beside a fixed `opencode serve`, and open the status page it
+// prints; several serves may share tasks on PostgreSQL.
 //
 // Files (STATE is $XDG_STATE_HOME/asyncagents, else ~/.local/state/asyncagents; on Windows
 // and macOS the user's config directory):
@@ -80,7 +85,9 @@ type command struct {
 
 var commands = []command{
 	{"serve", "run the Manager, the MCP bridge and the status page beside `opencode serve`", runServe},
-	{"install", "add the MCP entry and the companion plugin to a project", runInstall},
+	{"install", "set OpenCode up for asyncagents, once per user (or, with -dir, one project for serve)", runInstall},
+	{"uninstall", "undo install", runUninstall},
+	{"daemon", "the per-user daemon the plugin starts; -stop stops it", runDaemon},
 	{"tasks", "list the tasks (from a running serve, else from the store)", runTasks},
 	{"login", "print a new login link for the running serve's status page", runLogin},
 }

@@ -291,7 +291,7 @@ func serve(ctx context.Context, c serveConfig, out io.Writer, log *slog.Logger) 
 		return err
 	}
 	defer func() { err = errors.Join(err, closeManager()) }()
-	stopLog, err := logActivity(m, log)
+	stopLog, err := logActivity(m, log, nil)
 	if err != nil {
 		return err
 	}

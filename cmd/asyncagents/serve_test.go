@@ -480,7 +480,7 @@ func TestServeBesideTheTUI(t *testing.T) {
 		msgs, err := c.Messages(ctx, parent.ID, 0)
 		for _, m := range msgs {
 			for _, p := range m.Parts {
-				if err == nil && strings.HasPrefix(p.Text, `✓ **Agent "beside the TUI" finished`) {
+				if err == nil && strings.HasPrefix(p.Text, `✓ Agent "beside the TUI" finished`) {
 					return true
 				}
 			}

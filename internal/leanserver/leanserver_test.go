@@ -233,7 +233,7 @@ func runScript(t *testing.T, c opencode.Client, end func(id string), wait func(p
 	end(child.ID)
 	wait(1, s)
 	note := opencode.PromptRequest{NoReply: true, Agent: "build", Parts: []opencode.TextPartInput{
-		opencode.NewText("✓ **Agent \"scan part 1\" finished in 2s.**\nTask Progress: 1/1"), opencode.NewSyntheticText("All 1 tasks finished.")}}
+		opencode.NewText("✓ Agent \"scan part 1\" finished in 2s.\nTask Progress: 1/1"), opencode.NewSyntheticText("All 1 tasks finished.")}}
 	if _, err := c.Prompt(ctx, parent.ID, note); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,468 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/testmain"
+	"github.com/asyncagents/asyncagents/opencode/opencodetest"
+)
+
+// tuiUser is a person's machine for the install-once tests: a HOME of its own with OpenCode's
+// folders below it, the environment the TUIs (and so the daemon their plugin starts) get, and
+// the scripted model that every project of it points at.
+type tuiUser struct {
+	t     *testing.T
+	home  string
+	env   []string
+	model *opencodetest.Model
+	bin   string // opencode
+	state string // asyncagents' state folder
+}
+
+// newTUIUser makes the user's folders. OpenCode's global config folder gets the pinned
+// @opencode-ai/plugin (from the Makefile's install), listed as installed, so that OpenCode
+// loads the asyncagents plugin without reaching npm.
+func newTUIUser(t *testing.T) *tuiUser {
+	t.Helper()
+	bin := os.Getenv("OPENCODE_BIN")
+	_, err := exec.LookPath("tmux")
+	if bin == "" || err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the TUI tests need OPENCODE_BIN (%q) and tmux (%v): run make test", bin, err)
+		}
+		t.Skipf("the TUI tests need OPENCODE_BIN (%q) and tmux (%v): run make test", bin, err)
+	}
+	home := filepath.Join(t.TempDir(), "home")
+	u := &tuiUser{t: t, home: home, bin: bin, model: opencodetest.NewModel(), state: filepath.Join(home, ".local", "state", "asyncagents")}
+	t.Cleanup(u.model.Close)
+	config := filepath.Join(home, ".config", "opencode")
+	for _, d := range []string{config, filepath.Join(home, ".local", "share"), filepath.Join(home, ".cache"), filepath.Join(home, ".local", "state")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps := map[string]string{"@opencode-ai/plugin": "*"}
+	for name, v := range map[string]any{
+		"package.json":      map[string]any{"dependencies": deps},
+		"package-lock.json": map[string]any{"name": "opencode", "lockfileVersion": 3, "requires": true, "packages": map[string]any{"": map[string]any{"dependencies": deps}}},
+	} {
+		b, _ := json.Marshal(v)
+		if err := os.WriteFile(filepath.Join(config, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modules := filepath.Join(filepath.Dir(filepath.Dir(bin)))
+	if _, err := os.Stat(filepath.Join(modules, "@opencode-ai", "plugin", "package.json")); err != nil {
+		t.Fatalf("the pinned @opencode-ai/plugin is not installed beside OpenCode (make opencode): %v", err)
+	}
+	if err := os.Symlink(modules, filepath.Join(config, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "HOME" && !strings.HasPrefix(k, "XDG_") && !strings.HasPrefix(k, "OPENCODE_") && k != "TMUX" && k != "TERM" {
+			u.env = append(u.env, kv)
+		}
+	}
+	u.env = append(u.env, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+		"XDG_DATA_HOME="+filepath.Join(home, ".local", "share"), "XDG_CACHE_HOME="+filepath.Join(home, ".cache"),
+		"XDG_STATE_HOME="+filepath.Join(home, ".local", "state"), "TERM=xterm-256color", "TMPDIR="+t.TempDir(),
+		"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1",
+		"OPENCODE_DISABLE_SHARE=1", "OPENCODE_DISABLE_CLAUDE_CODE=1", "OPENCODE_DISABLE_EXTERNAL_SKILLS=1",
+		"npm_config_offline=true", "npm_config_fetch_retries=0",
+		"ASYNCAGENTS_TEST_MAIN=1") // the test binary is the command (TestMain)
+	t.Cleanup(u.stopDaemon)
+	return u
+}
+
+// asyncagents runs the command (the test binary) as the user and returns its output.
+func (u *tuiUser) asyncagents(args ...string) string {
+	u.t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = u.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		u.t.Fatalf("asyncagents %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// project makes a project folder whose opencode.json points at the scripted model.
+func (u *tuiUser) project(name string) string {
+	u.t.Helper()
+	dir := filepath.Join(u.home, "src", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		u.t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"$schema": "https://opencode.ai/config.json",
+		"provider": map[string]any{opencodetest.ProviderID: map[string]any{
+			"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+			"options": map[string]any{"baseURL": u.model.BaseURL(), "apiKey": "scripted"},
+			"models":  map[string]any{opencodetest.ModelID: map[string]any{"name": "Scripted M1"}},
+		}},
+		"model": opencodetest.ProviderID + "/" + opencodetest.ModelID, "small_model": opencodetest.ProviderID + "/" + opencodetest.ModelID,
+		"autoupdate": false, "share": "disabled",
+	}
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "opencode.json"), b, 0o644); err != nil {
+		u.t.Fatal(err)
+	}
+	return dir
+}
+
+// daemonPID returns the pid in the daemon's pid file, or 0.
+func (u *tuiUser) daemonPID() int {
+	b, _ := os.ReadFile(filepath.Join(u.state, "daemon.pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// stopDaemon stops the daemon the plugin started, by its pid: SIGTERM, then SIGKILL.
+func (u *tuiUser) stopDaemon() {
+	pid := u.daemonPID()
+	if pid <= 0 {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGTERM)
+	if !testmain.Eventually(15*time.Second, func() bool { return !processAlive(pid) }) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// tasks returns the tasks of the project at dir, as the daemon's store for it holds them.
+func (u *tuiUser) tasks(dir string) []asyncagents.Task {
+	tasks, err := asyncagents.ReadFileStore(context.Background(), projectStore(u.state, dir))
+	if err != nil {
+		return nil
+	}
+	return tasks
+}
+
+// tuiProc is an OpenCode TUI in a pseudo-terminal of its own: a tmux server on a socket in
+// the test's folder, with one window running `opencode` in the project.
+type tuiProc struct {
+	t      *testing.T
+	socket string
+	pid    int // opencode's, the leader of the window's process group
+}
+
+// startTUI starts `opencode` (no flags) in dir, as the user types it, with extra variables;
+// ready waits for it.
+func (u *tuiUser) startTUI(dir string, extra ...string) *tuiProc {
+	u.t.Helper()
+	x := &tuiProc{t: u.t, socket: filepath.Join(u.t.TempDir(), "tmux.sock")}
+	args := []string{"-S", x.socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "48", "-c", dir, "env"}
+	args = append(append(append(args, u.env...), extra...), u.bin)
+	cmd := exec.Command("tmux", args...)
+	cmd.Env = u.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		u.t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	out, err := exec.Command("tmux", "-S", x.socket, "display", "-p", "#{pane_pid}").Output()
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	x.pid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+	u.t.Cleanup(x.kill)
+	return x
+}
+
+// ready waits until the TUI shows its prompt.
+func (x *tuiProc) ready() *tuiProc {
+	x.t.Helper()
+	x.waitScreen("Ask anything", 60*time.Second)
+	return x
+}
+
+// kill ends the TUI's process group and the tmux server, by their pids.
+func (x *tuiProc) kill() {
+	if x.pid > 0 {
+		syscall.Kill(-x.pid, syscall.SIGKILL)
+	}
+	if out, err := exec.Command("tmux", "-S", x.socket, "display", "-p", "#{pid}").Output(); err == nil {
+		if pid, _ := strconv.Atoi(strings.TrimSpace(string(out))); pid > 0 {
+			syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+}
+
+// screen returns what the TUI shows.
+func (x *tuiProc) screen() string {
+	out, _ := exec.Command("tmux", "-S", x.socket, "capture-pane", "-p").Output()
+	return string(out)
+}
+
+// waitScreen waits until the screen shows s.
+func (x *tuiProc) waitScreen(s string, timeout time.Duration) {
+	x.t.Helper()
+	if !testmain.Eventually(timeout, func() bool { return strings.Contains(x.screen(), s) }) {
+		x.t.Fatalf("the TUI did not show %q within %v:\n%s", s, timeout, x.screen())
+	}
+}
+
+// send types text into the TUI's prompt and submits it.
+func (x *tuiProc) send(text string) {
+	x.t.Helper()
+	if out, err := exec.Command("tmux", "-S", x.socket, "send-keys", "-l", text).CombinedOutput(); err != nil {
+		x.t.Fatalf("tmux send-keys: %v\n%s", err, out)
+	}
+	time.Sleep(500 * time.Millisecond) // typed text arrives as a paste: Enter after it submits
+	if out, err := exec.Command("tmux", "-S", x.socket, "send-keys", "Enter").CombinedOutput(); err != nil {
+		x.t.Fatalf("tmux send-keys: %v\n%s", err, out)
+	}
+}
+
+// launchLine is what a user types for the scripted model to call asyncagents_task with in.
+func launchLine(in map[string]any) string {
+	b, _ := json.Marshal(in)
+	return "TOOL:asyncagents_task " + string(b)
+}
+
+// waitTasks waits until the project at dir has n tasks that ended, each with its one
+// notification delivered, and returns them.
+func (u *tuiUser) waitTasks(dir string, n int, timeout time.Duration) []asyncagents.Task {
+	u.t.Helper()
+	var tasks []asyncagents.Task
+	ok := testmain.Eventually(timeout, func() bool {
+		tasks = u.tasks(dir)
+		ended := 0
+		for _, tk := range tasks {
+			if !tk.Status.Active() && !tk.Starting && delivered(tk) == 1 {
+				ended++
+			}
+		}
+		return len(tasks) == n && ended == n
+	})
+	if !ok {
+		b, _ := json.MarshalIndent(tasks, "", "  ")
+		log, _ := os.ReadFile(filepath.Join(u.state, "daemon.log"))
+		u.t.Fatalf("the project %s has not %d ended tasks each notified once within %v:\n%s\ndaemon log:\n%s", dir, n, timeout, b, log)
+	}
+	return tasks
+}
+
+func delivered(t asyncagents.Task) int {
+	n := 0
+	for _, no := range t.Notifications {
+		if no.State == asyncagents.NotificationDelivered {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 33: a person runs asyncagents install once and then opencode in any project, as they
+// always do (a TUI without --port, one with a server password nobody exported by hand), and
+// has background agents: a forked and a plain task end, each parent session is told once and
+// the TUI shows a toast; a second TUI in another project at the same time does the same and
+// nothing crosses; a daemon killed mid-task is started again by the next tool call and
+// nothing is lost.
+func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
+	u := newTUIUser(t)
+	out := u.asyncagents("install")
+	plugin := filepath.Join(u.home, ".config", "opencode", "plugin", companionName)
+	if !strings.Contains(out, "written") {
+		t.Fatalf("install said:\n%s", out)
+	}
+	if _, err := os.Stat(plugin); err != nil {
+		t.Fatal(err)
+	}
+	if again := u.asyncagents("install"); !strings.Contains(again, "unchanged") {
+		t.Errorf("a second install said:\n%s", again)
+	}
+
+	a, b := u.project("alpha"), u.project("beta")
+	tuiA := u.startTUI(a, "OPENCODE_SERVER_PASSWORD=only-opencode-knows")
+	tuiB := u.startTUI(b)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("alpha's TUI:\n%s\nbeta's TUI:\n%s", tuiA.screen(), tuiB.screen())
+		}
+	})
+	tuiA.ready()
+	tuiB.ready()
+
+	tuiA.send("Remember SECRET-A-42. " + launchLine(map[string]any{"description": "forked in alpha", "agent": "general", "fork": true, "prompt": "QUOTE:SECRET-A"}))
+	tuiB.send(launchLine(map[string]any{"description": "plain in beta", "agent": "general", "prompt": "say beta done"}))
+	tuiA.waitScreen("description=forked in alpha", 60*time.Second) // the TUI took the first message
+	tuiA.send(launchLine(map[string]any{"description": "plain in alpha", "agent": "general", "prompt": "say alpha done"}))
+
+	tasksA := u.waitTasks(a, 2, 90*time.Second)
+	tasksB := u.waitTasks(b, 1, 90*time.Second)
+	for _, tk := range tasksA {
+		if tk.Status != asyncagents.StatusCompleted {
+			t.Errorf("alpha's task %q ended %s: %s", tk.Description, tk.Status, tk.Error)
+		}
+		if tk.Directory != a || !strings.Contains(tk.Description, "alpha") {
+			t.Errorf("alpha's store holds %q in %s", tk.Description, tk.Directory)
+		}
+		if tk.Forked && !strings.Contains(tk.Result, "SECRET-A-42") {
+			t.Errorf("the forked task did not see the parent's context: %q", tk.Result)
+		}
+	}
+	if len(tasksB) != 1 || tasksB[0].Directory != b || tasksB[0].Status != asyncagents.StatusCompleted {
+		t.Errorf("beta's store holds %+v", tasksB)
+	}
+	if tasksA[0].ParentSessionID == tasksB[0].ParentSessionID {
+		t.Errorf("alpha's and beta's tasks share a parent session")
+	}
+	tuiA.waitScreen("completed in", 30*time.Second) // the toast
+	tuiB.waitScreen("completed in", 30*time.Second)
+
+	// The plugin's port answers only with its credential.
+	hc := daemonClient(filepath.Join(u.state, "daemon.sock"))
+	resp, err := hc.Get("http://asyncagents/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Servers []struct{ URL, Directory string }
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Servers) != 2 {
+		t.Fatalf("the daemon's status: %+v, %v", st, err)
+	}
+	for _, s := range st.Servers {
+		resp, err := http.Get(s.URL + "/session")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET /session at the plugin's port of %s without its credential: %s", s.Directory, resp.Status)
+		}
+	}
+
+	// The daemon is killed while a task runs; the next tool call starts it again, and the
+	// task ends with its one notification.
+	old := u.daemonPID()
+	tuiB.send(launchLine(map[string]any{"description": "outlives the daemon", "agent": "general", "prompt": "SLEEP:6"}))
+	if !testmain.Eventually(60*time.Second, func() bool {
+		for _, tk := range u.tasks(b) {
+			if tk.Description == "outlives the daemon" && tk.Status == asyncagents.StatusRunning && !tk.Starting {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the long task did not start: %+v", u.tasks(b))
+	}
+	syscall.Kill(old, syscall.SIGKILL)
+	if !testmain.Eventually(10*time.Second, func() bool { return !processAlive(old) }) {
+		t.Fatal("the daemon did not die")
+	}
+	tuiB.send("TOOL:asyncagents_list {}")
+	u.waitTasks(b, 2, 90*time.Second)
+	if pid := u.daemonPID(); pid == old || pid == 0 || !processAlive(pid) {
+		t.Errorf("no new daemon runs (pid %d, the killed one %d)", pid, old)
+	}
+	log, _ := os.ReadFile(filepath.Join(u.state, "daemon.log"))
+	if strings.Contains(string(log), "DATA RACE") || strings.Contains(string(log), "panic:") {
+		t.Errorf("the daemon reported a race or a panic:\n%s", log)
+	}
+	for _, want := range []string{"task launched", "task ended", "notification delivered"} {
+		if n := strings.Count(string(log), want); n != 4 {
+			t.Errorf("the daemon logged %q %d times, want once per task (4)\n%s", want, n, log)
+		}
+	}
+
+	// The daemon forgets an OpenCode whose process ended.
+	tuiA.kill()
+	if !testmain.Eventually(15*time.Second, func() bool {
+		resp, err := hc.Get("http://asyncagents/v1/status")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		st.Servers = nil
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && len(st.Servers) == 1 && st.Servers[0].Directory == b
+	}) {
+		t.Errorf("the daemon still follows alpha's OpenCode after it ended: %+v", st.Servers)
+	}
+
+	// uninstall removes the plugin and stops the daemon.
+	pid := u.daemonPID()
+	u.asyncagents("uninstall")
+	if _, err := os.Stat(plugin); !os.IsNotExist(err) {
+		t.Errorf("the plugin is still there after uninstall: %v", err)
+	}
+	if processAlive(pid) {
+		t.Errorf("the daemon (pid %d) still runs after uninstall", pid)
+	}
+}
+
+// install leaves a plugin file of its name that asyncagents did not write alone unless
+// -force, and replaces one an earlier install wrote.
+func TestInstallKeepsAForeignPlugin(t *testing.T) {
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	path := filepath.Join(config, "opencode", "plugin", companionName)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "export const Mine = async () => ({});\n"
+	if err := os.WriteFile(path, []byte(foreign), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, "install"); code != exitFail || !strings.Contains(errOut, "-force") {
+		t.Errorf("install over a foreign plugin: exit %d\n%s%s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(path); string(b) != foreign {
+		t.Errorf("the foreign plugin was changed: %q", b)
+	}
+	if code, out, errOut := runCmd(t, "install", "-force"); code != exitOK || !strings.Contains(out, "replaced") {
+		t.Errorf("install -force: exit %d\n%s%s", code, out, errOut)
+	}
+	older := strings.Replace(string(mustRead(t, path)), "const VERSION = ", "const VERSION = \"v0.0.1\" || ", 1)
+	if err := os.WriteFile(path, []byte(older), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, "install"); code != exitOK || !strings.Contains(out, "replaced") {
+		t.Errorf("install over an earlier install's plugin: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(string(mustRead(t, path)), companionMark) {
+		t.Error("the plugin lost its mark")
+	}
+}
+
+// The daemon exits after -idle without any OpenCode to follow.
+func TestDaemonExitsWhenIdle(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d", "daemon.sock")
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := runCmd(t, "daemon", "-idle", "300ms", "-daemon-socket", sock)
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("the idle daemon exited with %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the idle daemon did not exit")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
