@@ -92,9 +92,8 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 		}
 		res.Aborted++
 	}
-	for _, e := range removed { // a barrier: saves in flight land before the delete, later ones see e.removed
-		e.save.mu.Lock()
-		e.save.mu.Unlock() //nolint:staticcheck // empty critical section on purpose
+	for _, e := range removed {
+		m.saveRemoved(ctx, e)
 	}
 	res.Removed = len(ids)
 	if err := m.cfg.store.Delete(ctx, ids...); err != nil {
@@ -102,6 +101,28 @@ func (m *Manager) clear(ctx context.Context, match func(parent string) bool) (Cl
 	}
 	m.isolation.removeWorktrees(m.bg.ctx, isolated, m.cfg.logger)
 	return res, nil
+}
+
+// saveRemoved is the barrier between a removed task's saves and its delete: a save in flight
+// lands first, and the change no save took yet (e.removed stops them) is saved now, so that
+// the store counts what the task used (a LimitStore keeps a deleted task's usage) and no
+// later save brings the record back.
+func (m *Manager) saveRemoved(ctx context.Context, e *entry) {
+	e.save.mu.Lock()
+	defer e.save.mu.Unlock()
+	m.mu.Lock()
+	pending := e.save.stored && e.save.saved != e.save.version && !e.hold.lost
+	snap := e.task.clone()
+	m.mu.Unlock()
+	if !pending {
+		return
+	}
+	if m.cfg.recordKey != nil {
+		snap.Seal = seal(snap, m.cfg.recordKey)
+	}
+	if err := m.cfg.store.Save(ctx, snap); err != nil {
+		m.cfg.logger.Warn("asyncagents: save a cleared task", "task", snap.ID, "err", err)
+	}
 }
 
 // removeLocked forgets a task; a blocked Output on it returns at once. It returns the queued

@@ -182,7 +182,9 @@
 // default; [WithNotifications]), gives its parent exactly one notification: events that are missed (a dropped stream, an early or duplicate
 // session.idle) are made up for by the status poll, which keeps reading an idle task's
 // latest messages, less and less often, until its run is decided; a run the server left
-// unfinished (a restart or a crash mid-step) ends in StatusError as interrupted. A run's
+// unfinished (a restart or a crash mid-step), or aborted before the server that answers now
+// started ([WithServerStarted]), ends in StatusError as interrupted, its duration ending at
+// its last activity. A run's
 // prompt carries a message id the Manager chose (Task.PromptID): when the answer to sending
 // it is lost, the run goes on as the server runs it, and a prompt the server turns out not
 // to have (after a minute with the session idle) is sent again under the same id, which

@@ -108,6 +108,7 @@ type config struct {
 	recordKey      []byte
 	toolHints      bool
 	budgetPause    bool
+	serverStarted  time.Time
 	digestAfter    time.Duration
 	digestEvery    time.Duration
 	isolation      Isolation
@@ -415,3 +416,15 @@ func WithProgressDigest(after, every time.Duration) Option {
 // [Manager.Resume] (with [ResumeBudget] to change the budget) goes on in the same session.
 // Off by default: the run ends [StatusError].
 func WithBudgetPause(on bool) Option { return optionFunc(func(cfg *config) { cfg.budgetPause = on }) }
+
+// WithServerStarted tells the Manager when the OpenCode server its client reaches started
+// (a host that sees the server's process start, as the asyncagents daemon does). A task the
+// store holds as running whose run OpenCode aborted before then (MessageAbortedError, which
+// OpenCode writes when it quits mid-run) was cut by an earlier server's stop, not by anyone's
+// abort: it ends [StatusError] with the error "interrupted: OpenCode stopped before the run
+// finished …; resume the task to go on", as a run left unfinished by a crash does, and its
+// duration ends at the run's last activity, not when the server came back. Unset, such a run
+// ends with OpenCode's own error ("Aborted").
+func WithServerStarted(t time.Time) Option {
+	return optionFunc(func(cfg *config) { cfg.serverStarted = t })
+}

@@ -805,7 +805,7 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 				asyncagentstest.AwaitTask(t, m, id, asyncagentstest.Delivered)
 			}
 			// The blocker, the task and its resume.
-			settle(t, m, srv.Client(), "✓ **", map[string]int{parent.SessionID: 3})
+			settle(t, m, srv.Client(), "✓ ", map[string]int{parent.SessionID: 3})
 		})
 	}
 }

@@ -267,6 +267,7 @@ func (rs *reconciling) take() (reconcileJob, bool) {
 // deciding) ends the task in StatusError with the panic's value and stack.
 func (m *Manager) reconcile(r reconcileJob) {
 	e, rc, run, id := r.e, r.rc, r.run, r.id
+	run.ServerStarted = m.cfg.serverStarted
 	defer func() {
 		if r := recover(); r != nil {
 			m.cfg.logger.Error("asyncagents: panic while reconciling", "task", id, "panic", r)

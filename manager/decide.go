@@ -26,6 +26,10 @@ type Run struct {
 	// (PromptRequest.MessageID); "" when unknown. With it Decide can tell a prompt the
 	// server never stored ([Unsent]).
 	Prompt string
+	// ServerStarted is when the OpenCode server that answers now started; zero when
+	// unknown. A run whose last step was aborted before then (MessageAbortedError) was cut
+	// by an earlier server's stop, not by anyone's abort: Decide makes it [Interrupted].
+	ServerStarted time.Time
 }
 
 // Outcome says how a run stands.
@@ -45,14 +49,16 @@ type Verdict struct {
 	Outcome Outcome
 	Result  string // Completed: the final reply's text parts joined by "\n"
 	Error   string // Failed: the error message
-	// Ended is when the run's last reply was completed, by the server's clock (its
-	// time.completed), for Completed and for Failed with the reply's own error; zero otherwise.
+	// Ended is when the run ended, by the server's clock: its last reply's time.completed for
+	// Completed and for Failed with the reply's own error, the last reply's last time for
+	// [Interrupted]; zero otherwise.
 	Ended time.Time
 }
 
 // Interrupted is the error of a run whose session is idle while its last step never
-// finished: the server stopped the agent loop mid-step, as a restart or a crash does.
-const Interrupted = "interrupted: the OpenCode server stopped the run before it finished (a restart or a crash); resume the task to go on"
+// finished, or was aborted before the server that answers now started: a server's stop (it
+// quit, restarted or crashed) ended the agent loop mid-step.
+const Interrupted = "interrupted: OpenCode stopped before the run finished (it quit, restarted or crashed); resume the task to go on"
 
 // HaltedAfterToolCall is the error of a run whose agent loop stopped after a tool-calls
 // step, which OpenCode does when a permission was rejected.
@@ -70,11 +76,13 @@ const HaltedAfterToolCall = "the agent loop stopped after a tool call (a permiss
 //     way (or OpenCode accepted it and dropped it) and may be sent again. A session.error
 //     seen with the idle makes it Failed instead, as above.
 //   - The last assistant message has an error (a model error, or MessageAbortedError
-//     after an abort): Failed with its message.
+//     after an abort): Failed with its message; an abort before Run.ServerStarted is
+//     [Interrupted], ended at the message's last time.
 //   - It has no finish or no completion time: Running while the step streams. When the
 //     session was seen idle, Unfinished: the caller confirms with GET /session/status
 //     that the loop is not running, reads the messages again and decides with
-//     Run.Confirmed, which makes a step still unfinished Failed with [Interrupted].
+//     Run.Confirmed, which makes a step still unfinished Failed with [Interrupted], ended at
+//     the message's last time (not when the server came back).
 //   - It finished as OpenCode's loop does not stop at — with "tool-calls" or "unknown" (a
 //     stream cut without a finish), or with a tool part whatever its finish (a provider may
 //     say "stop" for a step that called a tool): Running while the loop goes on to the next
@@ -103,10 +111,12 @@ func Decide(msgs []opencode.Message, run Run) Verdict {
 	}
 	last := &msgs[len(msgs)-1]
 	switch {
+	case last.Info.Error != nil && last.Info.Error.Name == "MessageAbortedError" && lastActivity(last).Before(run.ServerStarted):
+		return Verdict{Outcome: Failed, Error: Interrupted, Ended: lastActivity(last)}
 	case last.Info.Error != nil:
 		return Verdict{Outcome: Failed, Error: last.Info.Error.Message(), Ended: completedAt(last)}
 	case last.Info.Time.Completed == 0 || last.Info.Finish == "":
-		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted})
+		return onIdle(run, Verdict{Outcome: Failed, Error: Interrupted, Ended: lastActivity(last)})
 	case !final(last): // OpenCode's loop goes on after such a step: an idle now would be stale
 		return onIdle(run, Verdict{Outcome: Failed, Error: HaltedAfterToolCall})
 	case last.Info.IsSummary(): // a compaction in the middle of the run: "Continue…" comes next
@@ -140,6 +150,15 @@ func completedAt(m *opencode.Message) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(m.Info.Time.Completed)
+}
+
+// lastActivity is the last time m shows: its completion, else its creation; zero when it
+// shows none.
+func lastActivity(m *opencode.Message) time.Time {
+	if ms := max(m.Info.Time.Completed, m.Info.Time.Created); ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	return time.Time{}
 }
 
 // final reports whether a finished step ends the run as OpenCode's loop decides it: a finish

@@ -92,6 +92,12 @@ func TestDecideFromLatestMessages(t *testing.T) {
 			Verdict{Outcome: Failed, Error: "APIError happened"}},
 		{"aborted", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "MessageAbortedError")}, Run{Idle: true},
 			Verdict{Outcome: Failed, Error: "MessageAbortedError happened"}},
+		// Issue 33: a run cut because its OpenCode quit ends as interrupted because OpenCode
+		// stopped, with how to resume it; its duration is the run's own.
+		{"aborted before the server started: interrupted", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "MessageAbortedError")},
+			Run{Idle: true, ServerStarted: time.UnixMilli(10)}, Verdict{Outcome: Failed, Error: Interrupted}},
+		{"aborted after the server started: its error", []opencode.Message{prompt, msg("msg_3", "assistant", "", 5, "MessageAbortedError")},
+			Run{Idle: true, ServerStarted: time.UnixMilli(3)}, Verdict{Outcome: Failed, Error: "MessageAbortedError happened"}},
 		{"still streaming", []opencode.Message{prompt, msg("msg_3", "assistant", "", 0, "")}, Run{}, Verdict{}},
 		{"T-23 idle with an unfinished step: confirm", []opencode.Message{prompt, msg("msg_3", "assistant", "", 0, "")}, Run{Idle: true},
 			Verdict{Outcome: Unfinished}},
@@ -136,8 +142,8 @@ func TestDecideFromLatestMessages(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: Decide = %+v, want %+v", tc.name, got, tc.want)
 		}
-		// A completed run, and one failed with its reply's error, ended when its last reply
-		// was completed.
+		// A completed run, and one failed with its reply's error or interrupted, ended when its
+		// last reply was completed (its last time).
 		var want time.Time
 		if n := len(tc.msgs); n > 0 && (got.Outcome == Completed || got.Outcome == Failed && tc.msgs[n-1].Info.Error != nil) {
 			want = time.UnixMilli(tc.msgs[n-1].Info.Time.Completed)

@@ -7,6 +7,7 @@
 const SOCKET = SOCKET_PATH;
 const START = START_COMMAND;
 const VERSION = VERSION_TEXT;
+const HEARTBEAT_MS = 5000;
 
 export const Asyncagents = async (input) => {
   let z;
@@ -45,7 +46,7 @@ export const Asyncagents = async (input) => {
     },
   });
 
-  const hello = { url: "http://127.0.0.1:" + listener.port, secret, directory: input.directory, pid: process.pid, plugin: VERSION };
+  const hello = { url: "http://127.0.0.1:" + listener.port, secret, directory: input.directory, pid: process.pid, plugin: VERSION, started: Date.now() };
   const post = async (path, body, signal) => {
     const res = await fetch("http://asyncagents" + path, {
       unix: SOCKET, method: "POST", headers: { "content-type": "application/json" },
@@ -120,5 +121,34 @@ export const Asyncagents = async (input) => {
       },
     };
   }
-  return { tool: tools, dispose: async () => listener.stop(true) };
+  // Every few seconds the plugin checks that the daemon follows this OpenCode, and announces
+  // it again (starting a daemon) when it does not: a daemon that died learns of the runs of
+  // this OpenCode that end meanwhile even when no tool is called. Not once the plugin file
+  // is gone (asyncagents uninstall).
+  let checking = false;
+  const heartbeat = setInterval(async () => {
+    if (checking) return;
+    checking = true;
+    try {
+      await post("/v1/ping", { server });
+    } catch (e) {
+      if ((!e.status || e.status === 404) && (await Bun.file(import.meta.path).exists())) {
+        try {
+          server = (await announce()).server;
+        } catch (e2) {
+          console.error("asyncagents: " + e2.message);
+        }
+      }
+    } finally {
+      checking = false;
+    }
+  }, HEARTBEAT_MS);
+  heartbeat.unref?.();
+  return {
+    tool: tools,
+    dispose: async () => {
+      clearInterval(heartbeat);
+      listener.stop(true);
+    },
+  };
 };

@@ -149,6 +149,7 @@ func runDaemonLoop(ctx context.Context, d daemonConfig, c serveConfig, log *slog
 	mux.HandleFunc("GET /v1/status", dm.status)
 	mux.HandleFunc("POST /v1/announce", dm.announce)
 	mux.HandleFunc("POST /v1/call", dm.call)
+	mux.HandleFunc("POST /v1/ping", dm.ping)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -234,6 +235,9 @@ type hello struct {
 	Directory string `json:"directory"`
 	PID       int    `json:"pid"`
 	Plugin    string `json:"plugin"`
+	// Started is when the plugin started in that OpenCode, in Unix milliseconds: no run of
+	// that process began before it.
+	Started int64 `json:"started"`
 }
 
 func (h hello) check() error {
@@ -296,6 +300,11 @@ func (dm *daemon) follow(ctx context.Context, h hello) (*followed, error) {
 	}
 	f := &followed{id: newFollowID(h.PID), dir: h.Directory, url: h.URL, pid: h.PID, client: client, done: make(chan struct{})}
 	dm.mu.Lock()
+	if old := dm.projects[h.Directory]; old != nil && !processAlive(old.pid) { // its watch has not seen it yet
+		dm.mu.Unlock()
+		dm.forget(old, "its process ended")
+		dm.mu.Lock()
+	}
 	var store closingStore
 	if _, taken := dm.projects[h.Directory]; !taken {
 		if store, err = asyncagents.NewFileStore(projectStore(dm.dcfg.stateDir, h.Directory)); err != nil {
@@ -310,7 +319,11 @@ func (dm *daemon) follow(ctx context.Context, h hello) (*followed, error) {
 		store = memoryStore{&asyncagents.MemoryStore{}}
 	}
 	dm.mu.Unlock()
-	m, closeM, err := openManager(client, store, dm.cfg, dm.log)
+	var started []asyncagents.Option
+	if h.Started > 0 { // a run of the project's store aborted before then was cut by an earlier OpenCode's stop
+		started = append(started, asyncagents.WithServerStarted(time.UnixMilli(h.Started)))
+	}
+	m, closeM, err := openManager(client, store, dm.cfg, dm.log, started...)
 	if err != nil {
 		dm.releaseProject(f)
 		client.CloseIdleConnections()
@@ -398,6 +411,26 @@ func (dm *daemon) forget(f *followed, why string) {
 	dm.releaseProject(f)
 	f.client.CloseIdleConnections()
 	dm.log.Info("asyncagents daemon: stopped following OpenCode", "directory", f.dir, "pid", f.pid, "why", why, "err", err)
+}
+
+// ping answers 200 when the daemon follows the OpenCode the plugin names ({"server": id}),
+// else 404: the plugin then announces it again.
+func (dm *daemon) ping(w http.ResponseWriter, r *http.Request) {
+	var p struct {
+		Server string `json:"server"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxAnnounce)).Decode(&p); err != nil {
+		http.Error(w, "bad ping: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	dm.mu.Lock()
+	f := dm.servers[p.Server]
+	dm.mu.Unlock()
+	if f == nil {
+		http.Error(w, "unknown OpenCode: announce it again", http.StatusNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 // callRequest is a tool call the plugin passes on.

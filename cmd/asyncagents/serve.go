@@ -412,7 +412,9 @@ func serveTokens(tokenFile string) (token, dashToken string, err error) {
 // openManager starts the Manager on store (c.store, opened), with c's task bounds, logger
 // and tool prefix; on failure it closes store. closeManager closes the Manager, waiting at
 // most c.shutdown, then the store, and returns their errors joined.
-func openManager(client opencode.Client, store closingStore, c serveConfig, log *slog.Logger) (m *asyncagents.Manager, closeManager func() error, err error) {
+//
+// extra options come after those of c.
+func openManager(client opencode.Client, store closingStore, c serveConfig, log *slog.Logger, extra ...asyncagents.Option) (m *asyncagents.Manager, closeManager func() error, err error) {
 	bounds, err := c.bounds.options()
 	if err == nil && c.recordKeyFile != "" {
 		var key []byte
@@ -423,11 +425,12 @@ func openManager(client opencode.Client, store closingStore, c serveConfig, log 
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}
-	m, err = asyncagents.New(client, append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
+	opts := append(bounds, asyncagents.WithStore(store), asyncagents.WithLogger(log),
 		asyncagents.WithToolPrefix(c.prefix), asyncagents.WithNotifyPolicy(c.notify), asyncagents.WithWaveWindow(c.waveWindow),
 		asyncagents.WithForkMode(asyncagents.ForkMode(c.forkMode)), asyncagents.WithIsolation(asyncagents.Isolation(c.isolation)),
 		asyncagents.WithWorktreeRoot(c.worktreeRoot), asyncagents.WithProgressDigest(c.digestAfter, c.digestEvery),
-		asyncagents.WithBudgetPause(c.budgetPause))...)
+		asyncagents.WithBudgetPause(c.budgetPause))
+	m, err = asyncagents.New(client, append(opts, extra...)...)
 	if err != nil {
 		return nil, nil, errors.Join(err, store.Close())
 	}

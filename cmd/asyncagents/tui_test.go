@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -160,14 +161,14 @@ type tuiProc struct {
 	pid    int // opencode's, the leader of the window's process group
 }
 
-// startTUI starts `opencode` (no flags) in dir, as the user types it, with extra variables;
+// startTUI starts `opencode` with args in dir, as the user types it, with extra variables;
 // ready waits for it.
-func (u *tuiUser) startTUI(dir string, extra ...string) *tuiProc {
+func (u *tuiUser) startTUI(dir string, args []string, extra ...string) *tuiProc {
 	u.t.Helper()
 	x := &tuiProc{t: u.t, socket: filepath.Join(u.t.TempDir(), "tmux.sock")}
-	args := []string{"-S", x.socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "48", "-c", dir, "env"}
-	args = append(append(append(args, u.env...), extra...), u.bin)
-	cmd := exec.Command("tmux", args...)
+	tmux := []string{"-S", x.socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "48", "-c", dir, "env"}
+	tmux = append(append(append(append(tmux, u.env...), extra...), u.bin), args...)
+	cmd := exec.Command("tmux", tmux...)
 	cmd.Env = u.env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		u.t.Fatalf("tmux new-session: %v\n%s", err, out)
@@ -186,6 +187,18 @@ func (x *tuiProc) ready() *tuiProc {
 	x.t.Helper()
 	x.waitScreen("Ask anything", 60*time.Second)
 	return x
+}
+
+// quit quits the TUI as its user does (ctrl+c), and waits for its process to end.
+func (x *tuiProc) quit() {
+	x.t.Helper()
+	for range 3 {
+		exec.Command("tmux", "-S", x.socket, "send-keys", "C-c").Run()
+		if testmain.Eventually(5*time.Second, func() bool { return !processAlive(x.pid) }) {
+			return
+		}
+	}
+	x.t.Fatalf("the TUI did not quit on ctrl+c:\n%s", x.screen())
 }
 
 // kill ends the TUI's process group and the tmux server, by their pids.
@@ -286,14 +299,16 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	}
 
 	a, b := u.project("alpha"), u.project("beta")
-	tuiA := u.startTUI(a, "OPENCODE_SERVER_PASSWORD=only-opencode-knows")
-	tuiB := u.startTUI(b)
+	password := "OPENCODE_SERVER_PASSWORD=only-opencode-knows"
+	tuiA := u.startTUI(a, nil, password)
+	var tuiB *tuiProc
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() && tuiB != nil {
 			t.Logf("alpha's TUI:\n%s\nbeta's TUI:\n%s", tuiA.screen(), tuiB.screen())
 		}
 	})
 	tuiA.ready()
+	tuiB = u.startTUI(b, nil) // not beside alpha's first start: OpenCode's first start makes its database
 	tuiB.ready()
 
 	tuiA.send("Remember SECRET-A-42. " + launchLine(map[string]any{"description": "forked in alpha", "agent": "general", "fork": true, "prompt": "QUOTE:SECRET-A"}))
@@ -381,18 +396,83 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		}
 	}
 
-	// The daemon forgets an OpenCode whose process ended.
-	tuiA.kill()
-	if !testmain.Eventually(15*time.Second, func() bool {
+	// alpha's OpenCode, which called no tool since, is followed by the new daemon too: its
+	// plugin checks every 5 s.
+	following := func() []string {
 		resp, err := hc.Get("http://asyncagents/v1/status")
 		if err != nil {
-			return false
+			return nil
 		}
 		defer resp.Body.Close()
 		st.Servers = nil
-		return json.NewDecoder(resp.Body).Decode(&st) == nil && len(st.Servers) == 1 && st.Servers[0].Directory == b
+		if json.NewDecoder(resp.Body).Decode(&st) != nil {
+			return nil
+		}
+		var dirs []string
+		for _, s := range st.Servers {
+			dirs = append(dirs, s.Directory)
+		}
+		return dirs
+	}
+	if !testmain.Eventually(20*time.Second, func() bool { return len(following()) == 2 }) {
+		t.Errorf("the new daemon follows %q, want alpha's and beta's OpenCode", following())
+	}
+
+	// alpha's TUI quits while a task runs, and starts again on its session (-c): the task
+	// ends interrupted because OpenCode stopped, its parent is told once, its duration ends
+	// at the quit, and it resumes.
+	tuiA.send(launchLine(map[string]any{"description": "cut by the quit", "agent": "general", "prompt": "SLEEP:60"}))
+	var cut asyncagents.Task
+	if !testmain.Eventually(60*time.Second, func() bool {
+		for _, tk := range u.tasks(a) {
+			if tk.Description == "cut by the quit" && tk.Status == asyncagents.StatusRunning && !tk.Starting {
+				cut = tk
+				return true
+			}
+		}
+		return false
 	}) {
-		t.Errorf("the daemon still follows alpha's OpenCode after it ended: %+v", st.Servers)
+		t.Fatalf("the task to cut did not start: %+v", u.tasks(a))
+	}
+	time.Sleep(2 * time.Second) // its model is asked
+	tuiA.quit()
+	quit := time.Now()
+	tuiA = u.startTUI(a, []string{"-c"}, password)
+	tuiA.waitScreen("cut by the quit", 60*time.Second) // the end of its session
+	var ended asyncagents.Task
+	if !testmain.Eventually(60*time.Second, func() bool {
+		for _, tk := range u.tasks(a) {
+			if tk.ID == cut.ID && !tk.Status.Active() && delivered(tk) == 1 {
+				ended = tk
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the task cut by the quit did not end with one notification: %+v", u.tasks(a))
+	}
+	if ended.Status != asyncagents.StatusError || !strings.HasPrefix(ended.Error, "interrupted: OpenCode stopped") || !strings.Contains(ended.Error, "resume") {
+		t.Errorf("the task cut by the quit ended %s: %q", ended.Status, ended.Error)
+	}
+	if ended.Completed.After(quit) {
+		t.Errorf("the cut run ended at %v, after the quit at %v: its duration counts the downtime", ended.Completed, quit)
+	}
+	tuiA.send(launchLine(map[string]any{"resume": ended.ID, "prompt": "say resumed"}))
+	if !testmain.Eventually(60*time.Second, func() bool {
+		for _, tk := range u.tasks(a) {
+			if tk.ID == cut.ID && tk.Status == asyncagents.StatusCompleted && tk.ResumeCount == 1 && delivered(tk) == 2 {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the cut task did not resume and complete: %+v", u.tasks(a))
+	}
+
+	// The daemon forgets an OpenCode whose process ended.
+	tuiA.kill()
+	if !testmain.Eventually(15*time.Second, func() bool { dirs := following(); return len(dirs) == 1 && dirs[0] == b }) {
+		t.Errorf("the daemon follows %q after alpha's OpenCode ended, want beta's alone", following())
 	}
 
 	// uninstall removes the plugin and stops the daemon.
@@ -403,6 +483,9 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	}
 	if processAlive(pid) {
 		t.Errorf("the daemon (pid %d) still runs after uninstall", pid)
+	}
+	if log, _ := os.ReadFile(filepath.Join(u.state, "daemon.log")); strings.Contains(string(log), "DATA RACE") || strings.Contains(string(log), "panic:") {
+		t.Errorf("a daemon reported a race or a panic:\n%s", log)
 	}
 }
 
@@ -465,4 +548,61 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The daemon refuses what it cannot act on with an error a person can act on: a plugin of
+// another version (run install again), a bad announce, a call for an OpenCode it does not
+// follow (the plugin announces again).
+func TestDaemonRefusals(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d", "daemon.sock")
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := runCmd(t, "daemon", "-idle", "2s", "-daemon-socket", sock)
+		done <- code
+	}()
+	if !testmain.Eventually(10*time.Second, func() bool { return daemonAnswers(context.Background(), sock) }) {
+		t.Fatal("the daemon did not answer")
+	}
+	hc := daemonClient(sock)
+	defer hc.CloseIdleConnections()
+	post := func(path, body string) (int, string) {
+		resp, err := hc.Post("http://asyncagents"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	good := hello{URL: "http://127.0.0.1:9", Secret: strings.Repeat("ab", 32), Directory: t.TempDir(), PID: os.Getpid(), Plugin: "v0.0.1"}
+	for _, tc := range []struct {
+		name string
+		edit func(*hello)
+		code int
+		want string
+	}{
+		{"another version", func(*hello) {}, http.StatusConflict, "run asyncagents install again"},
+		{"not loopback", func(h *hello) { h.URL = "http://example.com:80" }, http.StatusBadRequest, "bad url"},
+		{"no secret", func(h *hello) { h.Secret = "" }, http.StatusBadRequest, "no secret"},
+		{"relative directory", func(h *hello) { h.Directory = "src" }, http.StatusBadRequest, "bad directory"},
+		{"unreachable OpenCode", func(h *hello) { h.Plugin = buildVersion() }, http.StatusBadGateway, "does not answer through its plugin"},
+	} {
+		h := good
+		tc.edit(&h)
+		b, _ := json.Marshal(h)
+		if code, body := post("/v1/announce", string(b)); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %q, want %d with %q", tc.name, code, body, tc.code, tc.want)
+		}
+	}
+	if code, body := post("/v1/call", `{"server":"oc1_nope","tool":"asyncagents_list","caller":{"sessionID":"ses_x"}}`); code != http.StatusNotFound || !strings.Contains(body, "announce it again") {
+		t.Errorf("a call for an unknown OpenCode: %d %q", code, body)
+	}
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("the daemon exited with %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the idle daemon did not exit")
+	}
 }
