@@ -10,14 +10,6 @@ const VERSION = VERSION_TEXT;
 const HEARTBEAT_MS = 5000;
 
 export const Asyncagents = async (input) => {
-  let z;
-  try {
-    z = (await import("@opencode-ai/plugin")).tool.schema;
-  } catch (e) {
-    console.error("asyncagents: no tools: @opencode-ai/plugin, which OpenCode installs into its config folder, cannot be loaded: " + e);
-    return {};
-  }
-
   // The API of this OpenCode as its own client reaches it: in-process in a TUI without a
   // port, else its listener. A server password set for OpenCode is sent on the daemon's behalf.
   const cfg = input.client?._client?.getConfig?.() ?? {};
@@ -25,6 +17,34 @@ export const Asyncagents = async (input) => {
   const base = cfg.baseUrl ?? String(input.serverUrl);
   const pw = process.env.OPENCODE_SERVER_PASSWORD;
   const serverAuth = pw ? "Basic " + btoa((process.env.OPENCODE_SERVER_USERNAME || "opencode") + ":" + pw) : "";
+
+  // fail says why the agents get no asyncagents tools: in OpenCode's log, in a toast a few
+  // seconds later (once a TUI shows), and again in a toast at the first message.
+  const fail = (why) => {
+    const message = "asyncagents: no tools: " + why;
+    console.error(message);
+    const headers = { "content-type": "application/json" };
+    if (serverAuth) headers.authorization = serverAuth;
+    const body = JSON.stringify({ title: "asyncagents", message, variant: "error", duration: 30000 });
+    const toast = () => inner(new Request(new URL("/tui/show-toast", base), { method: "POST", headers, body })).catch(() => {});
+    setTimeout(toast, 5000).unref?.();
+    let told = false;
+    return {
+      "chat.message": async () => {
+        if (!told) {
+          told = true;
+          await toast();
+        }
+      },
+    };
+  };
+
+  let z;
+  try {
+    z = (await import("@opencode-ai/plugin")).tool.schema;
+  } catch (e) {
+    return fail("@opencode-ai/plugin, which OpenCode installs into its config folder, cannot be loaded: " + e);
+  }
   const bytes = crypto.getRandomValues(new Uint8Array(32));
   const secret = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   const expected = "Basic " + btoa("asyncagents:" + secret);
@@ -39,10 +59,16 @@ export const Asyncagents = async (input) => {
       const headers = new Headers(req.headers);
       headers.delete("authorization");
       headers.delete("host");
+      headers.delete("accept-encoding"); // fetch would decompress a body whose header still says gzip
       if (serverAuth) headers.set("authorization", serverAuth);
       const init = { method: req.method, headers, signal: req.signal };
       if (req.method !== "GET" && req.method !== "HEAD") init.body = await req.arrayBuffer();
-      return inner(new Request(new URL(url.pathname + url.search, base), init));
+      const res = await inner(new Request(new URL(url.pathname + url.search, base), init));
+      if (!res.headers.has("content-encoding")) return res;
+      const out = new Headers(res.headers);
+      out.delete("content-encoding");
+      out.delete("content-length");
+      return new Response(res.body, { status: res.status, statusText: res.statusText, headers: out });
     },
   });
 
@@ -73,15 +99,28 @@ export const Asyncagents = async (input) => {
     return await post("/v1/announce", hello);
   };
 
+  let server = ""; // the daemon's id of this OpenCode
+  // reannounce announces this OpenCode again, once at a time (a heartbeat and tool calls
+  // may find the daemon gone together).
+  let announcing = null;
+  const reannounce = () =>
+    (announcing ??= announce()
+      .then((a) => {
+        server = a.server;
+        return a;
+      })
+      .finally(() => {
+        announcing = null;
+      }));
+
   let info;
   try {
     info = await announce();
   } catch (e) {
-    console.error("asyncagents: no tools: " + e.message);
     listener.stop(true);
-    return {};
+    return fail(e.message);
   }
-  let server = info.server;
+  server = info.server;
 
   const zodOf = (s) => {
     let t;
@@ -113,7 +152,7 @@ export const Asyncagents = async (input) => {
           res = await call();
         } catch (e) {
           if (e.status && e.status !== 404) throw e;
-          server = (await announce()).server; // the daemon stopped, or forgot this OpenCode
+          await reannounce(); // the daemon stopped, or forgot this OpenCode
           res = await call();
         }
         if (res.error) throw new Error(res.error);
@@ -134,7 +173,7 @@ export const Asyncagents = async (input) => {
     } catch (e) {
       if ((!e.status || e.status === 404) && (await Bun.file(import.meta.path).exists())) {
         try {
-          server = (await announce()).server;
+          await reannounce();
         } catch (e2) {
           console.error("asyncagents: " + e2.message);
         }

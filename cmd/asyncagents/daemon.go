@@ -98,12 +98,13 @@ type daemon struct {
 	log     *slog.Logger
 	version string
 
-	mu       sync.Mutex
-	servers  map[string]*followed // by id
-	projects map[string]*followed // by directory: the one that has the project's store
-	lastSeen time.Time            // when the daemon last followed no OpenCode
-	idle     chan struct{}        // closed when the daemon has been idle for dcfg.idle
-	wg       sync.WaitGroup       // the followers' goroutines
+	announcing sync.Mutex // serializes announces (followOnce); before mu
+	mu         sync.Mutex
+	servers    map[string]*followed // by id
+	projects   map[string]*followed // by directory: the one that has the project's store
+	lastSeen   time.Time            // when the daemon last followed no OpenCode
+	idle       chan struct{}        // closed when the daemon has been idle for dcfg.idle
+	wg         sync.WaitGroup       // the followers' goroutines
 }
 
 // followed is one OpenCode the daemon follows.
@@ -268,11 +269,12 @@ func (dm *daemon) announce(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.Plugin != dm.version {
+		dm.log.Warn("asyncagents daemon: refused a plugin of another version", "plugin", h.Plugin, "daemon", dm.version, "directory", h.Directory, "pid", h.PID)
 		http.Error(w, fmt.Sprintf("the asyncagents plugin is of version %s and the running daemon of %s: run asyncagents install again, then asyncagents daemon -stop, and restart OpenCode",
 			h.Plugin, dm.version), http.StatusConflict)
 		return
 	}
-	f, err := dm.follow(r.Context(), h)
+	f, err := dm.followOnce(r.Context(), h)
 	if err != nil {
 		dm.log.Warn("asyncagents daemon: cannot follow OpenCode", "directory", h.Directory, "pid", h.PID, "err", err)
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -282,6 +284,23 @@ func (dm *daemon) announce(w http.ResponseWriter, r *http.Request) {
 		Server string    `json:"server"`
 		Tools  []toolDef `json:"tools"`
 	}{f.id, f.defs})
+}
+
+// followOnce returns the follower of the OpenCode h announces: the one the daemon has when
+// that OpenCode (its pid, directory and port) was announced before, else a new one (follow).
+// Announces of one OpenCode are serialized, so that two at once make one follower.
+func (dm *daemon) followOnce(ctx context.Context, h hello) (*followed, error) {
+	dm.announcing.Lock()
+	defer dm.announcing.Unlock()
+	dm.mu.Lock()
+	for _, f := range dm.servers {
+		if f.pid == h.PID && f.dir == h.Directory && f.url == h.URL {
+			dm.mu.Unlock()
+			return f, nil
+		}
+	}
+	dm.mu.Unlock()
+	return dm.follow(ctx, h)
 }
 
 // follow starts following the OpenCode h announces: a client through the plugin's port, a

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -285,6 +286,8 @@ func delivered(t asyncagents.Task) int {
 // nothing crosses; a daemon killed mid-task is started again by the next tool call and
 // nothing is lost.
 func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
+	// Not parallel: TUIs and daemons run before the hosts tests, whose leases are short, not
+	// beside them.
 	u := newTUIUser(t)
 	out := u.asyncagents("install")
 	plugin := filepath.Join(u.home, ".config", "opencode", "plugin", companionName)
@@ -490,7 +493,8 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 }
 
 // install leaves a plugin file of its name that asyncagents did not write alone unless
-// -force, and replaces one an earlier install wrote.
+// -force, replaces one an earlier install wrote, and names a project set up for serve where
+// it runs, leaving it alone.
 func TestInstallKeepsAForeignPlugin(t *testing.T) {
 	config := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", config)
@@ -520,6 +524,20 @@ func TestInstallKeepsAForeignPlugin(t *testing.T) {
 	}
 	if !strings.Contains(string(mustRead(t, path)), companionMark) {
 		t.Error("the plugin lost its mark")
+	}
+
+	// A project set up for serve, where install runs, is named and left alone.
+	project := t.TempDir()
+	cfg := `{"mcp": {"asyncagents": {"type": "remote", "url": "http://127.0.0.1:4097/mcp"}}}`
+	if err := os.WriteFile(filepath.Join(project, "opencode.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(project)
+	if code, out, errOut := runCmd(t, "install"); code != exitOK || !strings.Contains(out, "has a setup for asyncagents serve") {
+		t.Errorf("install in a project set up for serve: exit %d\n%s%s", code, out, errOut)
+	}
+	if b := mustRead(t, filepath.Join(project, "opencode.json")); string(b) != cfg {
+		t.Errorf("install changed the project's opencode.json: %s", b)
 	}
 }
 
@@ -605,4 +623,98 @@ func TestDaemonRefusals(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the idle daemon did not exit")
 	}
+}
+
+// Issue 33: `opencode serve` and a TUI attached to it (`opencode attach <url> --dir
+// <project>`) work the same after install: the plugin runs in the serve, the task's parent is
+// told once, and the attached TUI shows the toast. Before that, a plugin of another version
+// than the daemon's gets no tools, and the TUI says what to do (errors a person can act on).
+func TestInstallOnceWithServeAndAttach(t *testing.T) {
+	u := newTUIUser(t)
+	u.asyncagents("install")
+
+	// A plugin of another version than the daemon's: the TUI says what to do, at the latest
+	// at the first message.
+	plugin := filepath.Join(u.home, ".config", "opencode", "plugin", companionName)
+	src := string(mustRead(t, plugin))
+	i := strings.Index(src, "const VERSION = ")
+	j := i + strings.Index(src[i:], ";")
+	if err := os.WriteFile(plugin, []byte(src[:i]+`const VERSION = "v0.0.1"`+src[j:]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := u.startTUI(u.project("delta"), nil).ready()
+	old.send("hello")
+	if !testmain.Eventually(30*time.Second, func() bool { return strings.Contains(old.screen(), "v0.0.1") }) {
+		daemon, _ := os.ReadFile(filepath.Join(u.state, "daemon.log"))
+		var logs []byte
+		matches, _ := filepath.Glob(filepath.Join(u.home, ".local", "share", "opencode", "log", "*.log"))
+		for _, m := range matches {
+			b, _ := os.ReadFile(m)
+			logs = append(logs, b...)
+		}
+		t.Fatalf("the TUI did not show the plugin's version error:\n%s\ndaemon log:\n%s\nOpenCode's log:\n%s", old.screen(), daemon, logs)
+	}
+	old.kill()
+	if out := u.asyncagents("install"); !strings.Contains(out, "replaced") {
+		t.Fatalf("install over the other version's plugin said:\n%s", out)
+	}
+
+	dir := u.project("gamma")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	serve := exec.Command(u.bin, "serve", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port), "--print-logs")
+	serve.Dir, serve.Env = dir, u.env
+	var serveLog syncBuffer
+	serve.Stdout, serve.Stderr = &serveLog, &serveLog
+	serve.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { serve.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		syscall.Kill(-serve.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-serve.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if !testmain.Eventually(60*time.Second, func() bool {
+		resp, err := hc.Get(url + "/global/health")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("opencode serve did not answer:\n%s", serveLog.String())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			daemon, _ := os.ReadFile(filepath.Join(u.state, "daemon.log"))
+			t.Logf("opencode serve:\n%s\ndaemon log:\n%s", serveLog.String(), daemon)
+		}
+	})
+	tui := u.startTUI(dir, []string{"attach", url, "--dir", dir}).ready()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the attached TUI:\n%s", tui.screen())
+			for _, r := range u.model.Requests() {
+				t.Logf("tool results seen by the model: %q", r.ToolResultsSinceUser())
+			}
+		}
+	})
+	tui.send(launchLine(map[string]any{"description": "through attach", "agent": "general", "prompt": "say attached"}))
+	tasks := u.waitTasks(dir, 1, 90*time.Second)
+	if tasks[0].Status != asyncagents.StatusCompleted || tasks[0].Directory != dir {
+		t.Errorf("the task through attach: %+v", tasks[0])
+	}
+	tui.waitScreen("completed in", 30*time.Second) // the toast, in the attached TUI
 }
