@@ -24,6 +24,8 @@ the asyncagents tools and starts the asyncagents daemon when none runs (see asyn
 daemon). Nothing is needed per project: no password to export, no port to pick, no second
 command to run. A plugin file of that name that asyncagents did not write is left alone unless
 -force; one of an earlier install is replaced. Restart the OpenCode processes that run.
+-service also sets the daemon up as a user service (a systemd user unit on Linux, a launchd
+agent on macOS), so that it runs from the login on rather than from the first OpenCode.
 
 With -dir: sets up one project for asyncagents serve (the server-side path): adds the bridge's entry to the "mcp" object of
 <dir>/opencode.json (other keys and entries are kept, in their order) and writes the
@@ -40,6 +42,7 @@ Restart OpenCode afterwards (or run asyncagents serve -dir <dir>, which reconnec
 type installConfig struct {
 	dir, url, tokenFile, prefix string
 	noPlugin, force, dryRun     bool
+	service                     bool // without dir: also a user service for the daemon
 }
 
 func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
@@ -51,6 +54,7 @@ func runInstall(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Wr
 	fs.BoolVar(&c.noPlugin, "no-plugin", false, "do not write the companion plugin")
 	fs.BoolVar(&c.force, "force", false, "replace an entry or plugin that differs")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print what would change; write nothing")
+	fs.BoolVar(&c.service, "service", false, "without -dir: also run the daemon as a user service (systemd --user on Linux, launchd on macOS), from the login on")
 	if err := parse(fs, args, installHelp); err != nil {
 		return err
 	}

@@ -80,6 +80,15 @@ func installGlobal(c installConfig, out io.Writer) error {
 	if err := writeFile(path, plugin); err != nil {
 		return err
 	}
+	if c.service {
+		svc, err := newUserService(exe, socket)
+		if err != nil {
+			return err
+		}
+		if err := svc.install(out); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "\nDone. Start OpenCode as usual (restart the ones that run): its agents get the asyncagents tools,\n"+
 		"and the daemon starts with the first of them (log: %s).\n", quote(filepath.Join(filepath.Dir(socket), "daemon.log")))
 	return nil
@@ -100,7 +109,8 @@ func noteProjectInstall(out io.Writer) {
 }
 
 const uninstallHelp = `Undoes asyncagents install: removes the asyncagents plugin from OpenCode's global plugin
-folder (only a file asyncagents wrote) and stops the daemon. The tasks' files in the state
+folder (only a file asyncagents wrote), disables and removes the user service of -service, and
+stops the daemon. The tasks' files in the state
 folder are kept; OpenCode processes that run keep the tools until they restart.`
 
 func runUninstall(ctx context.Context, flags *flag.FlagSet, args []string, out, _ io.Writer) error {
@@ -125,8 +135,14 @@ func runUninstall(ctx context.Context, flags *flag.FlagSet, args []string, out, 
 		}
 		fmt.Fprintf(out, "%s: removed\n", quote(path))
 	}
-	if socket := defaultPath("daemon.sock"); socket != "" && socketSupported {
-		return stopDaemon(ctx, daemonConfig{socket: socket, stateDir: filepath.Dir(socket)}, out)
+	socket := defaultPath("daemon.sock")
+	if socket == "" || !socketSupported {
+		return nil
 	}
-	return nil
+	if svc, err := newUserService("", socket); err == nil {
+		if err := svc.remove(out); err != nil {
+			return err
+		}
+	}
+	return stopDaemon(ctx, daemonConfig{socket: socket, stateDir: filepath.Dir(socket)}, out)
 }

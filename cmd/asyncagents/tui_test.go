@@ -5,14 +5,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -102,8 +108,9 @@ func (u *tuiUser) asyncagents(args ...string) string {
 	return string(out)
 }
 
-// project makes a project folder whose opencode.json points at the scripted model.
-func (u *tuiUser) project(name string) string {
+// project makes a project folder whose opencode.json points at the scripted model, with the
+// keys of extra.
+func (u *tuiUser) project(name string, extra ...map[string]any) string {
 	u.t.Helper()
 	dir := filepath.Join(u.home, "src", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -118,6 +125,9 @@ func (u *tuiUser) project(name string) string {
 		}},
 		"model": opencodetest.ProviderID + "/" + opencodetest.ModelID, "small_model": opencodetest.ProviderID + "/" + opencodetest.ModelID,
 		"autoupdate": false, "share": "disabled",
+	}
+	for _, e := range extra {
+		maps.Copy(cfg, e)
 	}
 	b, _ := json.Marshal(cfg)
 	if err := os.WriteFile(filepath.Join(dir, "opencode.json"), b, 0o644); err != nil {
@@ -228,6 +238,29 @@ func (x *tuiProc) waitScreen(s string, timeout time.Duration) {
 	}
 }
 
+// seen starts watching the screen for s, every 250 ms until it shows or the test ends: a toast
+// shows for a few seconds only. The func it returns reports whether s showed.
+func (x *tuiProc) seen(s string) func() bool {
+	var found atomic.Bool
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if strings.Contains(x.screen(), s) {
+				found.Store(true)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	x.t.Cleanup(func() { close(stop); <-done })
+	return found.Load
+}
+
 // send types text into the TUI's prompt and submits it.
 func (x *tuiProc) send(text string) {
 	x.t.Helper()
@@ -314,6 +347,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	tuiB = u.startTUI(b, nil) // not beside alpha's first start: OpenCode's first start makes its database
 	tuiB.ready()
 
+	toastA, toastB := tuiA.seen("completed in"), tuiB.seen("completed in") // the toasts of the ends
 	tuiA.send("Remember SECRET-A-42. " + launchLine(map[string]any{"description": "forked in alpha", "agent": "general", "fork": true, "prompt": "QUOTE:SECRET-A"}))
 	tuiB.send(launchLine(map[string]any{"description": "plain in beta", "agent": "general", "prompt": "say beta done"}))
 	tuiA.waitScreen("description=forked in alpha", 60*time.Second) // the TUI took the first message
@@ -338,8 +372,29 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	if tasksA[0].ParentSessionID == tasksB[0].ParentSessionID {
 		t.Errorf("alpha's and beta's tasks share a parent session")
 	}
-	tuiA.waitScreen("completed in", 30*time.Second) // the toast
-	tuiB.waitScreen("completed in", 30*time.Second)
+	if !testmain.Eventually(30*time.Second, func() bool { return toastA() && toastB() }) {
+		t.Errorf("a task's end showed no toast: in alpha's TUI %t, in beta's %t", toastA(), toastB())
+	}
+
+	// Each task's end gave its parent's model one turn.
+	turns := func(tk asyncagents.Task) int {
+		n := 0
+		for _, r := range u.model.Requests() {
+			if _, last := r.LastUser(); strings.Contains(last, "reported since your last turn") && strings.Contains(last, tk.ID[:12]) {
+				n++
+			}
+		}
+		return n
+	}
+	ended := append(slices.Clone(tasksA), tasksB...)
+	testmain.Eventually(30*time.Second, func() bool {
+		return !slices.ContainsFunc(ended, func(tk asyncagents.Task) bool { return turns(tk) == 0 })
+	})
+	for _, tk := range ended {
+		if n := turns(tk); n != 1 {
+			t.Errorf("the end of %q gave its parent %d turns, want 1", tk.Description, n)
+		}
+	}
 
 	// The plugin's port answers only with its credential.
 	hc := daemonClient(filepath.Join(u.state, "daemon.sock"))
@@ -442,11 +497,11 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	quit := time.Now()
 	tuiA = u.startTUI(a, []string{"-c"}, password)
 	tuiA.waitScreen("cut by the quit", 60*time.Second) // the end of its session
-	var ended asyncagents.Task
+	var interrupted asyncagents.Task
 	if !testmain.Eventually(60*time.Second, func() bool {
 		for _, tk := range u.tasks(a) {
 			if tk.ID == cut.ID && !tk.Status.Active() && delivered(tk) == 1 {
-				ended = tk
+				interrupted = tk
 				return true
 			}
 		}
@@ -454,13 +509,13 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	}) {
 		t.Fatalf("the task cut by the quit did not end with one notification: %+v", u.tasks(a))
 	}
-	if ended.Status != asyncagents.StatusError || !strings.HasPrefix(ended.Error, "interrupted: OpenCode stopped") || !strings.Contains(ended.Error, "resume") {
-		t.Errorf("the task cut by the quit ended %s: %q", ended.Status, ended.Error)
+	if interrupted.Status != asyncagents.StatusError || !strings.HasPrefix(interrupted.Error, "interrupted: OpenCode stopped") || !strings.Contains(interrupted.Error, "resume") {
+		t.Errorf("the task cut by the quit ended %s: %q", interrupted.Status, interrupted.Error)
 	}
-	if ended.Completed.After(quit) {
-		t.Errorf("the cut run ended at %v, after the quit at %v: its duration counts the downtime", ended.Completed, quit)
+	if interrupted.Completed.After(quit) {
+		t.Errorf("the cut run ended at %v, after the quit at %v: its duration counts the downtime", interrupted.Completed, quit)
 	}
-	tuiA.send(launchLine(map[string]any{"resume": ended.ID, "prompt": "say resumed"}))
+	tuiA.send(launchLine(map[string]any{"resume": interrupted.ID, "prompt": "say resumed"}))
 	if !testmain.Eventually(60*time.Second, func() bool {
 		for _, tk := range u.tasks(a) {
 			if tk.ID == cut.ID && tk.Status == asyncagents.StatusCompleted && tk.ResumeCount == 1 && delivered(tk) == 2 {
@@ -627,8 +682,8 @@ func TestDaemonRefusals(t *testing.T) {
 
 // Issue 33: `opencode serve` and a TUI attached to it (`opencode attach <url> --dir
 // <project>`) work the same after install: the plugin runs in the serve, the task's parent is
-// told once, and the attached TUI shows the toast. Before that, a plugin of another version
-// than the daemon's gets no tools, and the TUI says what to do (errors a person can act on).
+// told once, and the attached TUI shows the toast of the task's end. Before that, a plugin of another version than the daemon's gets no tools,
+// and the TUI says what to do (errors a person can act on).
 func TestInstallOnceWithServeAndAttach(t *testing.T) {
 	u := newTUIUser(t)
 	u.asyncagents("install")
@@ -711,10 +766,64 @@ func TestInstallOnceWithServeAndAttach(t *testing.T) {
 			}
 		}
 	})
+	toast := tui.seen("completed in")
 	tui.send(launchLine(map[string]any{"description": "through attach", "agent": "general", "prompt": "say attached"}))
 	tasks := u.waitTasks(dir, 1, 90*time.Second)
 	if tasks[0].Status != asyncagents.StatusCompleted || tasks[0].Directory != dir {
 		t.Errorf("the task through attach: %+v", tasks[0])
 	}
-	tui.waitScreen("completed in", 30*time.Second) // the toast, in the attached TUI
+	if !testmain.Eventually(30*time.Second, toast) {
+		t.Error("the task's end showed no toast in the attached TUI")
+	}
+
+}
+
+// install -service writes a systemd user unit that runs the daemon and enables it, and says
+// what to run when systemctl cannot; uninstall disables and removes it.
+func TestInstallServiceWritesAUserUnit(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the user service of this system is not a systemd unit")
+	}
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	var ran []string
+	fail := false
+	run := runServiceCommand
+	t.Cleanup(func() { runServiceCommand = run })
+	runServiceCommand = func(c []string) ([]byte, error) {
+		ran = append(ran, strings.Join(c, " "))
+		if fail {
+			return []byte("Failed to connect to bus"), errors.New("exit status 1")
+		}
+		return nil, nil
+	}
+	code, out, errOut := runCmd(t, "install", "-service")
+	unit := filepath.Join(config, "systemd", "user", serviceUnit)
+	if code != exitOK || !strings.Contains(out, "now runs as a user service") {
+		t.Fatalf("install -service: exit %d\n%s%s", code, out, errOut)
+	}
+	exe, _ := os.Executable()
+	exe, _ = filepath.EvalSymlinks(exe)
+	body := string(mustRead(t, unit))
+	if want := fmt.Sprintf("ExecStart=%q \"daemon\" \"-daemon-socket\" %q \"-idle\" \"0\"", exe, defaultPath("daemon.sock")); !strings.Contains(body, want) {
+		t.Errorf("the unit:\n%s\nwant the line %s", body, want)
+	}
+	if want := []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + serviceUnit}; !slices.Equal(ran, want) {
+		t.Errorf("install ran %q, want %q", ran, want)
+	}
+
+	ran, fail = nil, true
+	if code, out, _ := runCmd(t, "install", "-service"); code != exitOK || !strings.Contains(out, "run it yourself") {
+		t.Errorf("install -service without a user systemd: exit %d\n%s", code, out)
+	}
+	ran = nil
+	if code, out, errOut := runCmd(t, "uninstall"); code != exitOK || !strings.Contains(out, "removed") {
+		t.Errorf("uninstall: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(unit); !os.IsNotExist(err) {
+		t.Errorf("the unit is still there after uninstall: %v", err)
+	}
+	if want := []string{"systemctl --user disable --now " + serviceUnit}; !slices.Equal(ran, want) {
+		t.Errorf("uninstall ran %q, want %q", ran, want)
+	}
 }
