@@ -109,6 +109,9 @@ func TestHostCutOffFromTheDatabaseStopsActing(t *testing.T) {
 	for i := range 4 {
 		ids = append(ids, track(asyncagentstest.Launch(t, a, caller, "task "+string(rune('a'+i)))))
 	}
+	for _, id := range ids { // their prompts sent, so their starts are stored: it is their ends the cut meets
+		asyncagentstest.AwaitBusy(t, f, sessionOf(id))
+	}
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openPG(t, db)), asyncagents.WithPollInterval(200*time.Millisecond))
 	proxy.Cut()
 	for _, id := range ids {
@@ -148,6 +151,9 @@ func TestDatabaseRestartLosesNothing(t *testing.T) {
 	var ids []string
 	for i := range 4 {
 		ids = append(ids, track(asyncagentstest.Launch(t, m, caller, "task "+string(rune('a'+i)))))
+	}
+	for _, id := range ids { // their prompts sent, so their starts are stored: it is their ends the outage meets
+		asyncagentstest.AwaitBusy(t, f, sessionOf(id))
 	}
 	srv.Stop()
 	for _, id := range ids {
