@@ -442,14 +442,21 @@ func (dm *daemon) ping(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad ping: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if dm.lookup(w, p.Server) != nil {
+		writeJSON(w, http.StatusOK, struct{}{})
+	}
+}
+
+// lookup returns the OpenCode the daemon follows under id, or nil after answering 404, on
+// which the plugin announces its OpenCode again.
+func (dm *daemon) lookup(w http.ResponseWriter, id string) *followed {
 	dm.mu.Lock()
-	f := dm.servers[p.Server]
+	f := dm.servers[id]
 	dm.mu.Unlock()
 	if f == nil {
 		http.Error(w, "unknown OpenCode: announce it again", http.StatusNotFound)
-		return
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	return f
 }
 
 // callRequest is a tool call the plugin passes on.
@@ -468,11 +475,8 @@ func (dm *daemon) call(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad call: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	dm.mu.Lock()
-	f := dm.servers[c.Server]
-	dm.mu.Unlock()
+	f := dm.lookup(w, c.Server)
 	if f == nil {
-		http.Error(w, "unknown OpenCode: announce it again", http.StatusNotFound)
 		return
 	}
 	t, ok := f.tools[c.Tool]

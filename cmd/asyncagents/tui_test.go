@@ -584,14 +584,7 @@ func TestDaemonExitsWhenIdle(t *testing.T) {
 		code, _, _ := runCmd(t, "daemon", "-idle", "300ms", "-daemon-socket", sock)
 		done <- code
 	}()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Errorf("the idle daemon exited with %d", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the idle daemon did not exit")
-	}
+	awaitExit(t, done, 20*time.Second)
 }
 
 func mustRead(t *testing.T, path string) []byte {
@@ -650,12 +643,19 @@ func TestDaemonRefusals(t *testing.T) {
 	if code, body := post("/v1/call", `{"server":"oc1_nope","tool":"asyncagents_list","caller":{"sessionID":"ses_x"}}`); code != http.StatusNotFound || !strings.Contains(body, "announce it again") {
 		t.Errorf("a call for an unknown OpenCode: %d %q", code, body)
 	}
+	awaitExit(t, done, 30*time.Second)
+}
+
+// awaitExit waits for the exit code of an idle daemon run by runCmd on done, which must be
+// exitOK within timeout.
+func awaitExit(t *testing.T, done <-chan int, timeout time.Duration) {
+	t.Helper()
 	select {
 	case code := <-done:
 		if code != exitOK {
-			t.Errorf("the daemon exited with %d", code)
+			t.Errorf("the idle daemon exited with %d", code)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(timeout):
 		t.Fatal("the idle daemon did not exit")
 	}
 }
