@@ -609,3 +609,39 @@ func TestResumeWhileAFollowUpStarts(t *testing.T) {
 		t.Errorf("prompts in the task's session = %q, want first, second, third", prompts)
 	}
 }
+
+// outageStore fails every Save after the first (a launch's record) until heal is called.
+type outageStore struct {
+	asyncagents.MemoryStore
+	saves  atomic.Int32
+	healed atomic.Bool
+}
+
+func (s *outageStore) Save(ctx context.Context, t asyncagents.Task) error {
+	if s.saves.Add(1) > 1 && !s.healed.Load() {
+		return errors.New("the database is down")
+	}
+	return s.MemoryStore.Save(ctx, t)
+}
+
+// A store outage during a task's start delays the start: the start records the task when
+// the store is back, and the task runs, instead of failing.
+func TestStartWaitsOutAStoreOutage(t *testing.T) {
+	f := asyncagentstest.NewFakeClient(t)
+	store := &outageStore{}
+	m := asyncagentstest.NewManager(t, f, fastPoll, asyncagents.WithStore(store), asyncagents.WithNotifications(false))
+	caller := asyncagentstest.NewParent(t, f)
+	task, err := m.Launch(context.Background(), asyncagents.LaunchInput{Caller: caller, Description: "test", Agent: "general", Prompt: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return store.saves.Load() > 2 }) // the start tried again
+	if got, _ := m.Get(task.ID); got.Status != asyncagents.StatusRunning || !got.Starting {
+		t.Fatalf("during the outage the task is %s (starting %t): %s", got.Status, got.Starting, got.Error)
+	}
+	store.healed.Store(true)
+	got := asyncagentstest.AwaitTask(t, m, task.ID, func(tk asyncagents.Task) bool { return tk.Status.Terminal() })
+	if got.Status != asyncagents.StatusCompleted {
+		t.Fatalf("after the outage the task ended %s: %s", got.Status, got.Error)
+	}
+}

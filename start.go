@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncagents/asyncagents/fork"
 	"github.com/asyncagents/asyncagents/opencode"
+	"github.com/cenkalti/backoff/v5"
 )
 
 // A launch records its task and returns; the task's start is the rest of the work, done by
@@ -23,7 +24,8 @@ import (
 //   - for a digest, the context posted to the session without reply;
 //   - the prompt, once the task holds a slot of its concurrency limit.
 //
-// Task.Starting is set until then. A failure ends the task in StatusError with its reason,
+// Task.Starting is set until then. A store that fails to record the start is tried again
+// until the start's time runs out (persistStart). A failure ends the task in StatusError with its reason,
 // and its parent is notified as for any failed run. A task cancelled or cleared meanwhile
 // stops its start: what was made for it (its session, its worktree) is deleted. Close waits
 // for the starts under way (each bounded by startTimeout); a host that stops without Close
@@ -122,7 +124,7 @@ func (m *Manager) startTask(j startJob) {
 	e.run.claimed = e.run.claimed || send
 	m.changedLocked(e)
 	m.mu.Unlock()
-	if err := m.persist(e); err != nil {
+	if err := m.persistStart(ctx, e); err != nil {
 		// The store still says starting: a prompt sent now would run a task the next host
 		// takes for one that never started.
 		if !lostLease(err) {
@@ -216,7 +218,7 @@ func (m *Manager) prepare(ctx context.Context, j startJob) (bool, error) {
 	m.mirrors.start(e)
 	m.changedLocked(e)
 	m.mu.Unlock()
-	if err := m.persist(e); lostLease(err) {
+	if err := m.persistStart(ctx, e); lostLease(err) {
 		m.bg.deleteSession(m.client, sess.ID) // the host that holds it now ends it
 		return false, nil
 	} else if err != nil {
@@ -228,6 +230,25 @@ func (m *Manager) prepare(ctx context.Context, j startJob) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// persistStart is persist for a task's start, which retries a store that fails (after
+// 250 ms, doubling to 2 s) until ctx ends: a store outage of a few seconds delays a start
+// instead of failing its task. It returns a lost lease at once, and else the store's last
+// error.
+func (m *Manager) persistStart(ctx context.Context, e *entry) error {
+	var last error
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		last = m.persist(e)
+		if lostLease(last) {
+			return struct{}{}, backoff.Permanent(last)
+		}
+		return struct{}{}, last
+	}, backoff.WithBackOff(newBackoff(250*time.Millisecond, 2*time.Second)), backoff.WithMaxElapsedTime(0))
+	if err != nil && last != nil {
+		return last
+	}
+	return err
 }
 
 // isStopped is stopped under Manager.mu.
