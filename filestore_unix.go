@@ -44,8 +44,16 @@ func lockFile(name string) (*os.File, error) {
 	return f, nil
 }
 
-// unlockFile releases a lock of lockFile by closing its file.
-func unlockFile(f *os.File) error { return f.Close() }
+// unlockFile releases a lock of lockFile, then closes its file. The unlock comes first: a
+// process that another goroutine forks holds the open file until it execs, and a close alone
+// would leave the lock held until then.
+func unlockFile(f *os.File) error {
+	conn, err := f.SyscallConn()
+	if err == nil {
+		err = conn.Control(func(fd uintptr) { _ = unix.Flock(int(fd), unix.LOCK_UN) })
+	}
+	return errors.Join(err, f.Close())
+}
 
 // syncDir fsyncs the directory dir, so that a rename in it is durable. File systems that
 // cannot sync a directory (EINVAL, ENOTSUP) are let be.
