@@ -38,6 +38,14 @@ type tuiUser struct {
 	model *opencodetest.Model
 	bin   string // opencode
 	state string // asyncagents' state folder
+	start time.Time
+}
+
+// step logs what the test does next, with the time since it began (what a slow run spent
+// its time on).
+func (u *tuiUser) step(what string) {
+	u.t.Helper()
+	u.t.Logf("%6.1fs %s", time.Since(u.start).Seconds(), what)
 }
 
 // newTUIUser makes the user's folders. OpenCode's global config folder gets the pinned
@@ -54,7 +62,7 @@ func newTUIUser(t *testing.T) *tuiUser {
 		t.Skipf("the TUI tests need OPENCODE_BIN (%q) and tmux (%v): run make test", bin, err)
 	}
 	home := filepath.Join(t.TempDir(), "home")
-	u := &tuiUser{t: t, home: home, bin: bin, model: opencodetest.NewModel(), state: filepath.Join(home, ".local", "state", "asyncagents")}
+	u := &tuiUser{t: t, home: home, bin: bin, model: opencodetest.NewModel(), state: filepath.Join(home, ".local", "state", "asyncagents"), start: time.Now()}
 	t.Cleanup(u.model.Close)
 	config := filepath.Join(home, ".config", "opencode")
 	for _, d := range []string{config, filepath.Join(home, ".local", "share"), filepath.Join(home, ".cache"), filepath.Join(home, ".local", "state")} {
@@ -261,6 +269,14 @@ func (x *tuiProc) seen(s string) func() bool {
 	return found.Load
 }
 
+// press sends one key (a tmux key name: Enter, Left, C-c) to the TUI.
+func (x *tuiProc) press(key string) {
+	x.t.Helper()
+	if out, err := exec.Command("tmux", "-S", x.socket, "send-keys", key).CombinedOutput(); err != nil {
+		x.t.Fatalf("tmux send-keys %s: %v\n%s", key, err, out)
+	}
+}
+
 // send types text into the TUI's prompt and submits it.
 func (x *tuiProc) send(text string) {
 	x.t.Helper()
@@ -274,9 +290,11 @@ func (x *tuiProc) send(text string) {
 }
 
 // launchLine is what a user types for the scripted model to call asyncagents_task with in.
+// A RUN: directive in the arguments (the task's prompt) is written with an escaped colon, so
+// that the parent's model takes TOOL: as its directive, and the task gets RUN:.
 func launchLine(in map[string]any) string {
 	b, _ := json.Marshal(in)
-	return "TOOL:asyncagents_task " + string(b)
+	return "TOOL:asyncagents_task " + strings.ReplaceAll(string(b), "RUN:", `RUN\u003a`)
 }
 
 // waitTasks waits until the project at dir has n tasks that ended, each with its one
@@ -344,8 +362,10 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		}
 	})
 	tuiA.ready()
+	u.step("alpha's TUI is up")
 	tuiB = u.startTUI(b, nil) // not beside alpha's first start: OpenCode's first start makes its database
 	tuiB.ready()
+	u.step("beta's TUI is up")
 
 	toastA, toastB := tuiA.seen("completed in"), tuiB.seen("completed in") // the toasts of the ends
 	tuiA.send("Remember SECRET-A-42. " + launchLine(map[string]any{"description": "forked in alpha", "agent": "general", "fork": true, "prompt": "QUOTE:SECRET-A"}))
@@ -354,6 +374,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	tuiA.send(launchLine(map[string]any{"description": "plain in alpha", "agent": "general", "prompt": "say alpha done"}))
 
 	tasksA := u.waitTasks(a, 2, 90*time.Second)
+	u.step("alpha's tasks ended")
 	tasksB := u.waitTasks(b, 1, 90*time.Second)
 	for _, tk := range tasksA {
 		if tk.Status != asyncagents.StatusCompleted {
@@ -374,6 +395,34 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	}
 	if !testmain.Eventually(30*time.Second, func() bool { return toastA() && toastB() }) {
 		t.Errorf("a task's end showed no toast: in alpha's TUI %t, in beta's %t", toastA(), toastB())
+	}
+
+	u.step("the tasks ended, toasts seen")
+	// Each task's end gave its parent's model one turn: one user message that names it. A
+	// turn may take several model requests (a retry, a tool call), which share that message.
+	turns := func(tk asyncagents.Task) int {
+		seen := map[string]bool{}
+		for _, r := range u.model.Requests() {
+			if i, last := r.LastUser(); strings.Contains(last, "reported since your last turn") && strings.Contains(last, tk.ID[:12]) {
+				seen[strconv.Itoa(i)+"\x00"+last] = true
+			}
+		}
+		return len(seen)
+	}
+	ended := append(slices.Clone(tasksA), tasksB...)
+	testmain.Eventually(30*time.Second, func() bool {
+		return !slices.ContainsFunc(ended, func(tk asyncagents.Task) bool { return turns(tk) == 0 })
+	})
+	for _, tk := range ended {
+		if n := turns(tk); n != 1 {
+			var lasts []string
+			for _, r := range u.model.Requests() {
+				if i, last := r.LastUser(); strings.Contains(last, tk.ID[:12]) {
+					lasts = append(lasts, fmt.Sprintf("message %d: %q", i, last))
+				}
+			}
+			t.Errorf("the end of %q gave its parent %d turns, want 1; the requests naming it:\n%s", tk.Description, n, strings.Join(lasts, "\n"))
+		}
 	}
 
 	// The plugin's port answers only with its credential.
@@ -401,6 +450,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		}
 	}
 
+	u.step("the daemon is killed mid-task")
 	// The daemon is killed while a task runs; the next tool call starts it again, and the
 	// task ends with its one notification.
 	old := u.daemonPID()
@@ -434,6 +484,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		}
 	}
 
+	u.step("a new daemon ended the task")
 	// alpha's OpenCode, which called no tool since, is followed by the new daemon too: its
 	// plugin checks every 5 s.
 	following := func() []string {
@@ -456,6 +507,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		t.Errorf("the new daemon follows %q, want alpha's and beta's OpenCode", following())
 	}
 
+	u.step("the new daemon follows both")
 	// alpha's TUI quits while a task runs, and starts again on its session (-c): the task
 	// ends interrupted because OpenCode stopped, its parent is told once, its duration ends
 	// at the quit, and it resumes.
@@ -474,6 +526,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // its model is asked
 	tuiA.quit()
+	u.step("alpha's TUI quit")
 	quit := time.Now()
 	tuiA = u.startTUI(a, []string{"-c"}, password)
 	tuiA.waitScreen("cut by the quit", 60*time.Second) // the end of its session
@@ -495,6 +548,7 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 	if interrupted.Completed.After(quit) {
 		t.Errorf("the cut run ended at %v, after the quit at %v: its duration counts the downtime", interrupted.Completed, quit)
 	}
+	u.step("the cut task ended interrupted")
 	tuiA.send(launchLine(map[string]any{"resume": interrupted.ID, "prompt": "say resumed"}))
 	if !testmain.Eventually(60*time.Second, func() bool {
 		for _, tk := range u.tasks(a) {
@@ -507,12 +561,14 @@ func TestInstallOnceThenOpenCodeAsUsual(t *testing.T) {
 		t.Fatalf("the cut task did not resume and complete: %+v", u.tasks(a))
 	}
 
+	u.step("the cut task resumed and completed")
 	// The daemon forgets an OpenCode whose process ended.
 	tuiA.kill()
 	if !testmain.Eventually(15*time.Second, func() bool { dirs := following(); return len(dirs) == 1 && dirs[0] == b }) {
 		t.Errorf("the daemon follows %q after alpha's OpenCode ended, want beta's alone", following())
 	}
 
+	u.step("the daemon forgot alpha")
 	// uninstall removes the plugin and stops the daemon.
 	pid := u.daemonPID()
 	u.asyncagents("uninstall")
@@ -662,7 +718,8 @@ func awaitExit(t *testing.T, done <-chan int, timeout time.Duration) {
 
 // Issue 33: `opencode serve` and a TUI attached to it (`opencode attach <url> --dir
 // <project>`) work the same after install: the plugin runs in the serve, the task's parent is
-// told once, and the attached TUI shows the toast of the task's end. Before that, a plugin of another version than the daemon's gets no tools,
+// told once, and the attached TUI shows a toast when the task ends and one when a task waits
+// for a permission. Before that, a plugin of another version than the daemon's gets no tools,
 // and the TUI says what to do (errors a person can act on).
 func TestInstallOnceWithServeAndAttach(t *testing.T) {
 	u := newTUIUser(t)
@@ -678,6 +735,7 @@ func TestInstallOnceWithServeAndAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := u.startTUI(u.project("delta"), nil).ready()
+	u.step("the TUI with a plugin of another version is up")
 	old.send("hello")
 	if !testmain.Eventually(30*time.Second, func() bool { return strings.Contains(old.screen(), "v0.0.1") }) {
 		daemon, _ := os.ReadFile(filepath.Join(u.state, "daemon.log"))
@@ -738,6 +796,7 @@ func TestInstallOnceWithServeAndAttach(t *testing.T) {
 		}
 	})
 	tui := u.startTUI(dir, []string{"attach", url, "--dir", dir}).ready()
+	u.step("the attached TUI is up")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the attached TUI:\n%s", tui.screen())
@@ -756,6 +815,25 @@ func TestInstallOnceWithServeAndAttach(t *testing.T) {
 		t.Error("the task's end showed no toast in the attached TUI")
 	}
 
+	u.step("the task through attach ended")
+	// A task whose run waits for a permission (reading outside the project asks for
+	// external_directory): the TUI says so in a toast. OpenCode's TUI shows the question of
+	// the session's child too; the person allows it once, and the task ends with its one
+	// notification.
+	asks := tui.seen("waits for a permission")
+	tui.send(launchLine(map[string]any{"description": "outside", "agent": "general", "prompt": "RUN:cat /no/such/file.txt"}))
+	if !testmain.Eventually(60*time.Second, asks) {
+		b, _ := json.MarshalIndent(u.tasks(dir), "", "  ")
+		t.Fatalf("a task waiting for a permission showed no toast in the attached TUI:\n%s\ntasks:\n%s", tui.screen(), b)
+	}
+	u.step("the permission toast showed")
+	tui.waitScreen("Permission required", 30*time.Second)
+	tui.press("Enter") // Allow once
+	for _, tk := range u.waitTasks(dir, 2, 60*time.Second) {
+		if tk.Description == "outside" && tk.Status != asyncagents.StatusCompleted {
+			t.Errorf("the task allowed once ended %s: %s", tk.Status, tk.Error)
+		}
+	}
 }
 
 // install -service writes a systemd user unit that runs the daemon and enables it, and says

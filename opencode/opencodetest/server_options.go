@@ -66,7 +66,8 @@ func WithFiles(files map[string]string) ServerOption {
 // request to the project's instance waits about 70 s (online, the package would be
 // downloaded). So the server gets both folders seeded with an empty node_modules and a
 // package-lock.json that lists the package, which OpenCode takes as installed: no install
-// is attempted and no network is used. The server also runs with npm_config_offline=true
+// is attempted and no network is used. (Every server gets the global folder seeded: OpenCode
+// installs there under --pure too.) The server also runs with npm_config_offline=true
 // and npm_config_fetch_retries=0, which alone make an install fail at once, in case one
 // starts all the same. The first prompt then takes about as long as under --pure.
 func WithPlugins(files map[string]string) ServerOption {

@@ -24,11 +24,15 @@ func (s *Server) writeProject(cfg *serverConfig) error {
 		return err
 	}
 	s.projectJSON = b
+	// Also under --pure, OpenCode 1.18.33 installs its plugin package into the global config
+	// folder when it opens a project: about 10 s of CPU for each server, and the network.
+	seeds := []string{filepath.Join(s.Home, ".config", "opencode")}
 	if cfg.plugins {
-		for _, dir := range []string{filepath.Join(s.Directory, ".opencode"), filepath.Join(s.Home, ".config", "opencode")} {
-			if err := seedPluginDependency(dir); err != nil {
-				return err
-			}
+		seeds = append(seeds, filepath.Join(s.Directory, ".opencode"))
+	}
+	for _, dir := range seeds {
+		if err := seedPluginDependency(dir); err != nil {
+			return err
 		}
 	}
 	return writeFiles(s.Directory, cfg.files)
@@ -110,7 +114,7 @@ func (s *Server) NewProject(name string) (string, error) {
 	return dir, nil
 }
 
-// pluginPackage is the package OpenCode installs into each config folder when plugins are on.
+// pluginPackage is the package OpenCode installs into each config folder.
 const pluginPackage = "@opencode-ai/plugin"
 
 // seedPluginDependency makes a config folder look as if OpenCode had installed its plugin
