@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
 )
@@ -59,7 +60,7 @@ func TestTaskIDsAreUniqueAcrossHosts(t *testing.T) {
 		}
 		return out
 	}
-	if !eventually(20*time.Second, func() bool { return len(shown(a)) == 2*each && len(shown(b)) == 2*each }) {
+	if !testmain.Eventually(20*time.Second, func() bool { return len(shown(a)) == 2*each && len(shown(b)) == 2*each }) {
 		t.Fatalf("display ids: A shows %d different, B %d; want %d each", len(shown(a)), len(shown(b)), 2*each)
 	}
 	for display, id := range shown(a) {
@@ -97,7 +98,7 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 	asyncagentstest.Release(t, f, first.SessionID, opencodetest.Text("done"))
 	asyncagentstest.Await(t, a, parent, first.ID)
 	var last error
-	if !eventually(10*time.Second, func() bool { // once A has stored the end
+	if !testmain.Eventually(10*time.Second, func() bool { // once A has stored the end
 		_, last = b.Launch(t.Context(), asyncagents.LaunchInput{Caller: parent, Description: "now", Agent: "general", Prompt: "held"})
 		return last == nil
 	}) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
@@ -64,7 +65,7 @@ func forgedRowsAreNotActedOn(t *testing.T, f opencode.Client) {
 	var log refusals
 	m := asyncagentstest.NewManager(t, f, asyncagents.WithStore(store), asyncagents.WithRecordKey([]byte(strings.Repeat("k", 32))),
 		asyncagents.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-	if !eventually(20*time.Second, func() bool { return log.count() == len(forged) }) {
+	if !testmain.Eventually(20*time.Second, func() bool { return log.count() == len(forged) }) {
 		t.Fatalf("%d rows refused, want %d", log.count(), len(forged))
 	}
 	for _, s := range []string{user.SessionID, third.SessionID, real.ID} {
@@ -105,7 +106,7 @@ func TestSealedRowsAreTakenIn(t *testing.T) {
 	}
 	first.Close() // gives its leases up
 	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithRecordKey(key))
-	if !eventually(10*time.Second, func() bool { _, err := b.Get(task.ID); return err == nil }) {
+	if !testmain.Eventually(10*time.Second, func() bool { _, err := b.Get(task.ID); return err == nil }) {
 		t.Fatal("the sealed task was not taken in")
 	}
 	if err := f.Release(task.SessionID, opencodetest.Text("done")); err != nil {

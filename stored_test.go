@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
 )
@@ -52,7 +53,7 @@ func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
 		t.Errorf("the refused launch left %d sessions, want %d", n, before)
 	}
 	proxy.Restore()
-	if !eventually(20*time.Second, func() bool {
+	if !testmain.Eventually(20*time.Second, func() bool {
 		_, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: parent, Description: "back", Agent: "general", Prompt: "RUN:echo back"})
 		return err == nil
 	}) {
@@ -64,16 +65,4 @@ func TestLaunchRefusedWhileCutFromTheDatabase(t *testing.T) {
 func sessionCount(t *testing.T, f *opencodetest.FakeClient) int {
 	t.Helper()
 	return f.SessionCount()
-}
-
-// eventually reports whether cond held within d, trying every 100 ms.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -25,7 +26,7 @@ func TestFailedTurnPromptIsAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	var turn asyncagents.TurnState
-	if !eventually(20*time.Second, func() bool {
+	if !testmain.Eventually(20*time.Second, func() bool {
 		tk, err := m.Get(task.ID)
 		if err != nil || len(tk.Notifications) == 0 {
 			return false

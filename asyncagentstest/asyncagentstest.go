@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncagents/asyncagents"
+	"github.com/asyncagents/asyncagents/internal/poll"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -106,13 +107,15 @@ func Await(t TB, m *asyncagents.Manager, caller asyncagents.Caller, id string) a
 	return out.Task
 }
 
-// pollEvery is how often the waits of this package look again.
+// pollEvery is how soon the waits of this package look again; they look less often as they
+// wait, up to every 250 ms.
 const pollEvery = 10 * time.Millisecond
 
 // AwaitTask waits until the Manager's task id, as [asyncagents.Manager.Get] returns it
 // (whatever its parent), satisfies cond, and returns it as cond saw it: running after it was
-// queued, resumed, notified ([Delivered])… It reads the task every 10 ms. The test fails at
-// once when the task has not satisfied cond within AwaitTimeout of wall time (not the
+// queued, resumed, notified ([Delivered])… It reads the task every 10 ms at first, then
+// less often (up to every 250 ms). The test fails at once when the task has not satisfied
+// cond within AwaitTimeout of wall time (not the
 // Manager's clock, which a test may hold still), naming the task's last status, or Get's last
 // error: a task that is not found, or not yet (another host's), is waited for like one that
 // does not satisfy cond.
@@ -148,8 +151,8 @@ func Delivered(task asyncagents.Task) bool {
 // AwaitBusy waits until session id is busy: until SessionStatus of the client's default
 // directory lists it, as OpenCode and the fake do from a run's prompt until the run ends (a
 // held run of [opencodetest.WithHeldRuns] stays busy until it is released). It asks every
-// 10 ms; the test fails at once when SessionStatus fails, or the session is not busy within
-// AwaitTimeout.
+// 10 ms at first, then less often (up to every 250 ms); the test fails at once when
+// SessionStatus fails, or the session is not busy within AwaitTimeout.
 func AwaitBusy(t TB, c opencode.Client, id string) {
 	t.Helper()
 	awaitBusy(t, c, id, AwaitTimeout)
@@ -221,9 +224,9 @@ func notifications(c opencode.Client, parent string) ([]string, error) {
 }
 
 // AwaitNotifications waits until the parent session holds at least n notifications (see
-// [Notifications]) and returns them. It reads the parent's messages every 10 ms; the test
-// fails at once when they cannot be read, or do not hold n notifications within
-// AwaitTimeout.
+// [Notifications]) and returns them. It reads the parent's messages every 10 ms at first,
+// then less often (up to every 250 ms); the test fails at once when they cannot be read, or
+// do not hold n notifications within AwaitTimeout.
 func AwaitNotifications(t TB, c opencode.Client, parent string, n int) []string {
 	t.Helper()
 	return awaitNotifications(t, c, parent, n, AwaitTimeout)
@@ -246,14 +249,8 @@ func awaitNotifications(t TB, c opencode.Client, parent string, n int, within ti
 	return nil
 }
 
-// eventually calls cond every pollEvery until it holds (true) or d has passed (false).
+// eventually checks cond every pollEvery at first, then less often, up to every 250 ms,
+// until it holds (true) or d has passed (false).
 func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(pollEvery)
-	}
-	return true
+	return poll.Until(d, pollEvery, cond)
 }

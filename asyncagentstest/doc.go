@@ -28,8 +28,9 @@
 // fails the test when it cannot.
 //
 // [Await] waits for a task's end as its caller would, through Output. The other waits look
-// every 10 ms and fail the test after [AwaitTimeout]: [AwaitTask] for any condition on a task
-// (running after it was queued; [Delivered], its parent notified), [AwaitBusy] for a
+// every 10 ms at first, then less often (up to every 250 ms), and fail the test after
+// [AwaitTimeout]: [AwaitTask] for any condition on a task (running after it was queued;
+// [Delivered], its parent notified), [AwaitBusy] for a
 // session's run to be under way (a held run is), and [AwaitNotifications] for what a parent
 // session was told ([Notifications] reads it).
 //

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncagents/asyncagents/internal/poll"
 	"go.uber.org/goleak"
 )
 
@@ -28,18 +29,9 @@ func Run(m *testing.M, cleanups ...func()) {
 	os.Exit(code)
 }
 
-// Eventually checks cond every 20ms until it holds (true) or d has passed (false): the one
-// way the tests wait for something another goroutine or process does.
+// Eventually checks cond until it holds (true) or d has passed (false): the one way the
+// tests wait for something another goroutine or process does. It checks every 20 ms at
+// first, then less often, up to every 250 ms (see [poll.Until]).
 func Eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.After(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
+	return poll.Until(d, 20*time.Millisecond, cond)
 }
