@@ -454,7 +454,7 @@ func TestWatchdogsAbortTheRun(t *testing.T) {
 	}
 	advance(3 * time.Minute)
 	waitFor(t, 10*time.Second, func() bool {
-		clock.Advance(time.Second)
+		clock.Advance(10 * time.Second) // past the stale timeout since the task's last activity
 		tk, _ := m.Get(quiet.ID)
 		return tk.Status == asyncagents.StatusError
 	})

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -182,16 +183,25 @@ func (u *tuiUser) tasks(dir string) []asyncagents.Task {
 // tuiProc is an OpenCode TUI in a pseudo-terminal of its own: a tmux server on a socket in
 // the test's folder, with one window running `opencode` in the project.
 type tuiProc struct {
-	t      *testing.T
-	socket string
-	pid    int // opencode's, the leader of the window's process group
+	t       *testing.T
+	socket  string
+	pid     int    // opencode's, the leader of the window's process group
+	started func() // lets the next TUI start (tuiStarts); idempotent
 }
+
+// tuiStarts lets one TUI of this package start at a time: a start takes about 20 s of CPU,
+// and several at once on a loaded machine take longer than a person would wait for one. A
+// TUI holds it from its start until its screen first shows what a test waits for.
+var tuiStarts = make(chan struct{}, 1)
 
 // startTUI starts `opencode` with args in dir, as the user types it, with extra variables;
 // ready waits for it.
 func (u *tuiUser) startTUI(dir string, args []string, extra ...string) *tuiProc {
 	u.t.Helper()
 	x := &tuiProc{t: u.t, socket: filepath.Join(u.t.TempDir(), "tmux.sock")}
+	tuiStarts <- struct{}{}
+	x.started = sync.OnceFunc(func() { <-tuiStarts })
+	u.t.Cleanup(x.started)
 	tmux := []string{"-S", x.socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "48", "-c", dir, "env"}
 	tmux = append(append(append(append(tmux, u.env...), extra...), u.bin), args...)
 	cmd := exec.Command("tmux", tmux...)
@@ -211,7 +221,7 @@ func (u *tuiUser) startTUI(dir string, args []string, extra ...string) *tuiProc 
 // ready waits until the TUI shows its prompt.
 func (x *tuiProc) ready() *tuiProc {
 	x.t.Helper()
-	x.waitScreen("Ask anything", 60*time.Second)
+	x.waitScreen("Ask anything", 90*time.Second)
 	return x
 }
 
@@ -251,6 +261,7 @@ func (x *tuiProc) waitScreen(s string, timeout time.Duration) {
 	if !testmain.Eventually(timeout, func() bool { return strings.Contains(x.screen(), s) }) {
 		x.t.Fatalf("the TUI did not show %q within %v:\n%s", s, timeout, x.screen())
 	}
+	x.started()
 }
 
 // seen starts watching the screen for s, every 250 ms until it shows or the test ends: a toast
@@ -373,14 +384,13 @@ func installOnceThenOpenCodeAsUsual(t *testing.T) {
 
 	a, b := u.project("alpha"), u.project("beta")
 	password := "OPENCODE_SERVER_PASSWORD=only-opencode-knows"
-	tuiA, tuiB := u.startTUI(a, nil, password), u.startTUI(b, nil)
+	tuiA := u.startTUI(a, nil, password).ready()
+	tuiB := u.startTUI(b, nil).ready()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("alpha's TUI:\n%s\nbeta's TUI:\n%s", tuiA.screen(), tuiB.screen())
 		}
 	})
-	tuiA.ready()
-	tuiB.ready()
 	u.step("alpha's and beta's TUIs are up")
 
 	toastA, toastB := tuiA.seen("completed in"), tuiB.seen("completed in") // the toasts of the ends
