@@ -82,7 +82,7 @@ fmt-check:
 
 # race leaves vet to the vet target (-vet=off: go test would run part of it again), and runs
 # three test binaries at once (-p 3; the default is one per CPU): the real-server tests wait on
-# their servers more than they compute.
+# their servers more than they compute, so the small packages run beside the two long ones.
 race: opencode browser postgres tui
 	$(GO) test -race -count=1 -vet=off -p 3 -timeout 25m ./...
 

@@ -27,11 +27,7 @@ var shared opencodetest.Shared
 // leave the server running.
 var sharedPG pgstoretest.Shared
 
-func TestMain(m *testing.M) {
-	// Most parallel tests here wait on their own OpenCode server: four at a time, not two.
-	testmain.DefaultParallel(4)
-	testmain.Run(m, shared.Close, sharedPG.Close)
-}
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close, sharedPG.Close) }
 
 func tools(m *asyncagents.Manager) map[string]asyncagents.Tool {
 	out := map[string]asyncagents.Tool{}

@@ -4,30 +4,14 @@
 package testmain
 
 import (
-	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/asyncagents/asyncagents/internal/poll"
 	"go.uber.org/goleak"
 )
-
-// DefaultParallel sets how many parallel tests of the package run at once (go test's
-// -parallel, which defaults to GOMAXPROCS) to n, unless the command line sets it. Call it
-// from TestMain before Run, for tests that wait on servers more than they compute.
-func DefaultParallel(n int) {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(n))
-	}
-}
 
 // Run runs m, calls cleanups in order, verifies no goroutines leaked (goleak) when the tests
 // passed, and exits with the result.
