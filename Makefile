@@ -80,11 +80,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# race leaves vet to the vet target (-vet=off: go test would run part of it again), and runs
-# three test binaries at once (-p 3; the default is one per CPU): the real-server tests wait on
-# their servers more than they compute, so the small packages run beside the two long ones.
+# race leaves vet to the vet target (-vet=off: go test would run part of it again).
 race: opencode browser postgres tui
-	$(GO) test -race -count=1 -vet=off -p 3 -timeout 25m ./...
+	$(GO) test -race -count=1 -vet=off -timeout 25m ./...
 
 # browser installs Debian's chromium, which dashboard/browser_test.go drives headless, unless a
 # chromium is there already (then it prints nothing). It runs apt-get as root, or through sudo
