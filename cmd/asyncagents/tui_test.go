@@ -431,7 +431,10 @@ func installOnceThenOpenCodeAsUsual(t *testing.T) {
 	turns := func(tk asyncagents.Task) int {
 		seen := map[string]bool{}
 		for _, r := range u.model.Requests() {
-			if i, last := r.LastUser(); strings.Contains(last, "reported since your last turn") && strings.Contains(last, tk.ID[:12]) {
+			// The turn's first line names the tasks that reported; a later line may name
+			// this one as still running, in another task's turn.
+			i, last := r.LastUser()
+			if first, _, _ := strings.Cut(last, "\n"); strings.Contains(first, "reported since your last turn") && strings.Contains(first, tk.ID[:12]) {
 				seen[strconv.Itoa(i)+"\x00"+last] = true
 			}
 		}
