@@ -207,14 +207,19 @@ func TestLaunchRacingClose(t *testing.T) {
 type panicky struct {
 	*opencodetest.FakeClient
 	status, events atomic.Bool
-	messagesOf     atomic.Value // a session id: reading its messages panics
+	messages       atomic.Bool // reading the messages of a session whose prompt says BOOM panics, once
 }
 
 func (p *panicky) Messages(ctx context.Context, id string, limit int) ([]opencode.Message, error) {
-	if p.messagesOf.CompareAndSwap(id, "") {
-		panic("boom in Messages")
+	msgs, err := p.FakeClient.Messages(ctx, id, limit)
+	for _, msg := range msgs {
+		for _, part := range msg.Parts {
+			if msg.Info.Role == opencode.RoleUser && strings.Contains(part.Text, "BOOM") && p.messages.CompareAndSwap(true, false) {
+				panic("boom in Messages")
+			}
+		}
 	}
-	return p.FakeClient.Messages(ctx, id, limit)
+	return msgs, err
 }
 
 func (p *panicky) SessionStatus(ctx context.Context, dir string) (map[string]opencode.SessionStatus, error) {
@@ -275,7 +280,6 @@ func (l *logRecords) contains(s string) bool {
 func TestPanicsInBackgroundWork(t *testing.T) {
 	f := asyncagentstest.NewFakeClient(t)
 	p := &panicky{FakeClient: f}
-	p.messagesOf.Store("")
 	p.events.Store(true)
 	p.status.Store(true)
 	logs := &logRecords{}
@@ -289,8 +293,8 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 		t.Fatalf("after recovered panics: %+v", ok)
 	}
 
-	boom := asyncagentstest.Launch(t, m, caller, "SLEEP:0.5")
-	p.messagesOf.Store(boom.SessionID)
+	p.messages.Store(true)
+	boom := asyncagentstest.Launch(t, m, caller, "SLEEP:0.5 BOOM")
 	failed := asyncagentstest.Await(t, m, caller, boom.ID)
 	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
 		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)
