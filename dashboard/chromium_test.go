@@ -42,7 +42,7 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// browser starts a headless chromium with a fresh profile, HOME and XDG folders under
+// browser starts a headless chromium with a fresh profile, HOME, TMPDIR and XDG folders under
 // t.TempDir, and extra options, and stops it when the test ends: the browser through
 // chromedp's allocator, then every process of its group, then the profile is removed. A
 // browser that does not start (seen once on a loaded machine: the process ended before it
@@ -68,6 +68,11 @@ func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOpt
 func startBrowser(t *testing.T, exe string, width, height int, extra []chromedp.ExecAllocatorOption) (ctx context.Context, stop func(), err error) {
 	home := t.TempDir()
 	profile := filepath.Join(home, "profile")
+	// With --disable-dev-shm-usage chromium keeps its shared memory in TMPDIR's files.
+	tmp := filepath.Join(home, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, func() {}, err
+	}
 	var cmd *exec.Cmd
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ModifyCmdFunc(func(c *exec.Cmd) { cmd = c; ownGroup(c) }),
@@ -89,7 +94,7 @@ func startBrowser(t *testing.T, exe string, width, height int, extra []chromedp.
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(width, height),
-		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+		chromedp.Env("HOME="+home, "TMPDIR="+tmp, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "XDG_DATA_HOME="+filepath.Join(home, ".local/share")),
 	}, extra...)...)
 	var (
