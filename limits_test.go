@@ -85,20 +85,32 @@ func TestClearFreesConcurrencySlots(t *testing.T) {
 	}
 }
 
-// T-21 on the real server: with one slot, the second task waits and then completes.
+// T-21 on the real server: with one slot, the second task waits and then completes. The
+// first runs until the test cancels it, so that it holds the slot however slow the machine.
 func TestRealServerConcurrencyLimitQueues(t *testing.T) {
 	srv := shared.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	caller := asyncagentstest.NewParent(t, c)
 	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithConcurrency(asyncagents.Limits{Default: 1}), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	first := asyncagentstest.Launch(t, m, caller, "SLEEP:1")
+	first := asyncagentstest.Launch(t, m, caller, "SLEEP:600 first "+caller.SessionID)
 	second := asyncagentstest.Launch(t, m, caller, "RUN:echo second-ran")
 	if first.Status != asyncagents.StatusRunning || second.Status != asyncagents.StatusQueued {
 		t.Fatalf("first %s, second %s", first.Status, second.Status)
 	}
 	if busy(ctx, c, second.SessionID) {
 		t.Fatal("the queued task's session is busy")
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		for _, r := range srv.Model.Requests() {
+			if _, u := r.LastUser(); r.Kind == opencodetest.KindChat && strings.Contains(u, "first "+caller.SessionID) {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := m.Cancel(ctx, caller, first.ID); err != nil {
+		t.Fatal(err)
 	}
 	got := asyncagentstest.Await(t, m, caller, second.ID)
 	if got.Status != asyncagents.StatusCompleted || !strings.Contains(got.Result, "second-ran") {

@@ -278,7 +278,7 @@ func (l *logRecords) contains(s string) bool {
 // Panic policy: a panic in the Client on a Manager goroutine never reaches the host. While
 // reconciling a task it ends that task in error; elsewhere it is logged and work goes on.
 func TestPanicsInBackgroundWork(t *testing.T) {
-	f := asyncagentstest.NewFakeClient(t)
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	p := &panicky{FakeClient: f}
 	p.events.Store(true)
 	p.status.Store(true)
@@ -287,14 +287,20 @@ func TestPanicsInBackgroundWork(t *testing.T) {
 	caller := asyncagentstest.NewParent(t, f)
 
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the event stream") })
-	slow := asyncagentstest.Launch(t, m, caller, "SLEEP:1") // polled while it runs
+	slow := asyncagentstest.Launch(t, m, caller, "slow") // polled while it is held
 	waitFor(t, 10*time.Second, func() bool { return logs.contains("panic in the status poll") })
+	if err := f.Release(slow.SessionID); err != nil {
+		t.Fatal(err)
+	}
 	if ok := asyncagentstest.Await(t, m, caller, slow.ID); ok.Status != asyncagents.StatusCompleted {
 		t.Fatalf("after recovered panics: %+v", ok)
 	}
 
 	p.messages.Store(true)
-	boom := asyncagentstest.Launch(t, m, caller, "SLEEP:0.5 BOOM")
+	boom := asyncagentstest.Launch(t, m, caller, "BOOM")
+	if err := f.Release(boom.SessionID); err != nil {
+		t.Fatal(err)
+	}
 	failed := asyncagentstest.Await(t, m, caller, boom.ID)
 	if failed.Status != asyncagents.StatusError || !strings.Contains(failed.Error, "panic while reconciling: boom in Messages") {
 		t.Fatalf("task whose reconcile panicked: %s %q", failed.Status, failed.Error)

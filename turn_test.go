@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncagents/asyncagents"
 	"github.com/asyncagents/asyncagents/asyncagentstest"
+	"github.com/asyncagents/asyncagents/internal/fakeclock"
 	"github.com/asyncagents/asyncagents/opencode"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 )
@@ -209,7 +210,10 @@ func TestWaveTurnWaitsForTheWindow(t *testing.T) {
 func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	c := &promptsClient{Client: f}
-	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second))
+	// The window runs on a fake clock: the user's prompt comes within it however slow the
+	// machine is.
+	clock := fakeclock.New(time.Now())
+	m, caller := streamManager(t, c, asyncagents.WithWaveWindow(time.Second), asyncagents.WithClock(clock))
 	ids := launchHeld(t, m, f, caller, 2)
 	release(t, m, f, ids[0])
 	awaitNotified(t, m, ids[:1])
@@ -218,6 +222,7 @@ func TestWaveSeenByTheParentsOwnTurn(t *testing.T) {
 		Parts: []opencode.TextPartInput{opencode.NewText("what next?")}}); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(2 * time.Second)
 	awaitTurns(t, m, ids[:1], asyncagents.TurnSeen)
 	if turns := c.turnsOf(caller.SessionID); len(turns) != 0 {
 		t.Errorf("turn prompts = %q, want none", turns)
