@@ -54,9 +54,7 @@
 // and however many projects it serves. Operations made for a caller
 // accept the full id, the id without "tsk_", or a unique prefix of at least 4 characters
 // after "tsk_", and only ever see the caller's own tasks. Lists show each task's display id:
-// the shortest unique prefix with at least 8 characters after "tsk_". A display id a task was
-// shown with keeps naming it when a task launched a moment later shares it (its own display
-// id is then longer).
+// the shortest unique prefix with at least 8 characters after "tsk_".
 //
 // A task is [StatusRunning] until its run ends [StatusCompleted] (with the reply as
 // Result), [StatusError] or [StatusCancelled]; [Manager.Resume] sends a follow-up to an

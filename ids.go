@@ -52,9 +52,8 @@ func newTaskID(now time.Time) string {
 // maxCandidates is how many matching ids an ErrAmbiguousID message names.
 const maxCandidates = 5
 
-// lookup finds the caller's task id: the full id, the id without its prefix ("tsk_"), a
-// unique prefix of at least manager.MinPrefix characters after it, or a display id the task
-// had (manager.Registry.Resolve).
+// lookup finds the caller's task id: the full id, the id without its prefix ("tsk_"), or a
+// unique prefix of at least manager.MinPrefix characters after it.
 func (s *taskSet) lookup(caller Caller, id string) (*entry, error) {
 	if err := checkCaller(caller); err != nil {
 		return nil, err

@@ -214,27 +214,11 @@ func (r *Registry) DisplayID(id string) string {
 	return id[:min(n, len(id))]
 }
 
-// firstDisplay returns how long id's display id was when id was the newest of its family:
-// the shortest prefix that no older id (a larger one) shares, of at least [MinDisplay]
-// characters after its prefix. Any longer prefix of id names id alone among the ids whose
-// firstDisplay it is not shorter than: an older id sharing it would have made id's longer,
-// and a newer one sharing it has a longer one itself.
-func (r *Registry) firstDisplay(f *family, id string) int {
-	n := len(TaskPrefix) + MinDisplay
-	for _, s := range [][]string{f.sorted, f.foreign} {
-		older, _ := neighbours(s, id)
-		n = max(n, commonPrefix(id, older)+1)
-	}
-	return min(n, len(id))
-}
-
 // Resolve returns parent's tasks that id names: the task whose id is id, with or without
 // its prefix; otherwise every task whose id starts with it, with or without a prefix, when
-// it has at least [MinPrefix] characters after the prefix. When several start with it but
-// it is as long as the display id one of them had when it was the newest (a display id the
-// model was given, which a task launched a moment later made ambiguous), it names that one
-// alone. It returns at most limit ids (all when limit is 0 or less), the largest ones when
-// there are more, in ascending order. Other parents' tasks never match.
+// it has at least [MinPrefix] characters after the prefix. It returns at most limit ids (all
+// when limit is 0 or less), the largest ones when there are more, in ascending order. Other
+// parents' tasks never match.
 func (r *Registry) Resolve(parent, id string, limit int) []string {
 	key, _ := Key(id)
 	f := r.families[parent]
@@ -263,17 +247,6 @@ func (r *Registry) Resolve(parent, id string, limit int) []string {
 			for ; i < len(s) && strings.HasPrefix(s[i], full); i++ {
 				out = append(out, s[i])
 			}
-		}
-	}
-	if len(out) > 1 {
-		var named []string
-		for _, full := range out {
-			if len(key)+len(TaskPrefix) >= r.firstDisplay(f, full) {
-				named = append(named, full)
-			}
-		}
-		if len(named) == 1 {
-			return named
 		}
 	}
 	slices.SortFunc(out, descending)
