@@ -593,7 +593,7 @@ func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 	for _, l := range []struct {
 		p      asyncagents.Caller
 		prompt string
-	}{{p1, "SLEEP:2"}, {p1, "RUN:echo one ||| echo two"}, {p2, "SLEEP:2.5"}} {
+	}{{p1, "SLEEP:5"}, {p1, "RUN:echo one ||| echo two"}, {p2, "SLEEP:5.5"}} {
 		tk := asyncagentstest.Launch(t, m, l.p, l.prompt)
 		idle(tk) // before the reply has started
 		tasks = append(tasks, tk)
@@ -608,7 +608,7 @@ func TestFaultEventStreamCutAndInjectedIdle(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, func() bool { return proxy.EventStreams() == 1 }) // reconnected
 
-	want := []string{"slept 2", "Ran 2 command(s); last output: two", "slept 2.5"}
+	want := []string{"slept 5", "Ran 2 command(s); last output: two", "slept 5.5"}
 	for i, tk := range tasks {
 		out, err := m.Output(ctx, asyncagents.Caller{SessionID: tk.ParentSessionID}, tk.ID, asyncagents.OutputOptions{Block: true, Timeout: 30 * time.Second})
 		if err != nil || out.Task.Status != asyncagents.StatusCompleted || !strings.HasSuffix(out.Task.Result, want[i]) {
@@ -774,7 +774,7 @@ func TestFaultLostPromptReachesServerOnce(t *testing.T) {
 			}
 			// A blocker holds the one slot, so that the task under test is queued and its
 			// session known before its prompt is sent.
-			blocker := asyncagentstest.Launch(t, m, parent, "SLEEP:1")
+			blocker := asyncagentstest.Launch(t, m, parent, "SLEEP:4") // holds the slot through the launch below, also on a slow machine
 			task, err := m.Launch(ctx, in)
 			if err == nil {
 				task = asyncagentstest.Started(t, m, task)

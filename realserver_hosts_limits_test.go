@@ -90,7 +90,7 @@ func TestRealServerLimitsHoldAcrossHosts(t *testing.T) {
 	a := asyncagentstest.NewManager(t, c, append(capped, asyncagents.WithStore(openPG(t, url)))...)
 	b := asyncagentstest.NewManager(t, c, append(capped, asyncagents.WithStore(openPG(t, url)))...)
 	parent := asyncagentstest.NewParent(t, c)
-	first := asyncagentstest.Launch(t, a, parent, "SLEEP:2")
+	first := asyncagentstest.Launch(t, a, parent, "SLEEP:5") // running through b's launch, also on a slow machine
 	in := asyncagents.LaunchInput{Caller: parent, Description: "second", Agent: "general", Prompt: "SLEEP:5"}
 	if _, err := b.Launch(ctx, in); !errors.Is(err, asyncagents.ErrTaskLimit) {
 		t.Errorf("a second task of the parent on the other host: %v, want ErrTaskLimit", err)

@@ -152,7 +152,13 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	}
 
 	// T-18: a follow-up in the same session; the reply comes from the plain child's session.
-	rt, err := m.Resume(ctx, caller, plain.DisplayID, "RUN:echo resumed-ok")
+	// By its display id now: the one its launch answered can have grown since, when the
+	// forked task's id starts with the same 8 characters (launched in the same 16 ms).
+	now, err := m.Get(plain.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := m.Resume(ctx, caller, now.DisplayID, "RUN:echo resumed-ok")
 	if err != nil || rt.Status != asyncagents.StatusResumed || rt.ResumeCount != 1 {
 		t.Fatalf("Resume = %+v, %v", rt, err)
 	}
@@ -487,7 +493,7 @@ func TestRealServerFollowUpQueue(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	caller := asyncagentstest.NewParent(t, c)
 	m := asyncagentstest.NewManager(t, c, fastPoll, asyncagents.WithFollowUpQueue(1), asyncagents.WithNotifyPolicy(asyncagents.NotifyNoReply))
-	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:2"})
+	task, err := m.Launch(ctx, asyncagents.LaunchInput{Caller: caller, Description: "slow", Agent: "general", Prompt: "SLEEP:5"}) // running at the resume
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -678,7 +678,8 @@ func TestBlockingOutputOutlivesTimeout(t *testing.T) {
 	}
 	st := parts[0].State
 	took := time.Duration(st.Time.End-st.Time.Start) * time.Millisecond
-	if st.Status != opencode.ToolCompleted || !strings.Contains(st.Output, fmt.Sprintf("slept %g", sleep.Seconds())) || took < 2*e2eMCPTimeout {
+	// The call starts a model step after the launch: up to 10 s later on a loaded machine.
+	if st.Status != opencode.ToolCompleted || !strings.Contains(st.Output, fmt.Sprintf("slept %g", sleep.Seconds())) || took < 3*e2eMCPTimeout/2 {
 		t.Fatalf("output after %v: %s %q %q", took, st.Status, st.Output, st.Error)
 	}
 	t.Logf("blocking output completed after %v (MCP timeout %v)", took, e2eMCPTimeout)

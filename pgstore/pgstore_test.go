@@ -99,6 +99,7 @@ func TestLeases(t *testing.T) {
 	if err := b.Save(ctx, task("ses_1")); !errors.Is(err, asyncagents.ErrLeaseLost) {
 		t.Fatalf("b saves a's task: %v, want ErrLeaseLost", err)
 	}
+	renewing := time.Now() // the lease in the database expires a second after this, or later
 	if lost, err := a.Renew(ctx); err != nil || len(lost) != 0 {
 		t.Fatalf("a renews: lost %v, %v", lost, err)
 	}
@@ -107,13 +108,20 @@ func TestLeases(t *testing.T) {
 	for holds(a, "ses_1") {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got, err := b.Claim(ctx); err != nil || len(got) != 0 {
-		t.Fatalf("b claims when a stopped holding, before the lease expired: %v, %v", got, err)
-	}
-	for time.Now().Before(deadline.Add(50 * time.Millisecond)) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	got, err := b.Claim(ctx)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case len(got) != 0 && time.Now().Before(renewing.Add(time.Second)):
+		t.Fatalf("b claims when a stopped holding, before the lease expired: %v", got)
+	case len(got) != 0: // a machine slow enough that the lease expired meanwhile
+		t.Logf("the lease expired before b's first claim")
+	default:
+		for time.Now().Before(deadline.Add(50 * time.Millisecond)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		got, err = b.Claim(ctx)
+	}
 	if err != nil || len(got) != 1 || got[0].ID != "ses_1" {
 		t.Fatalf("b claims the expired lease: %v, %v", got, err)
 	}
