@@ -101,6 +101,8 @@ func TestRealServerConcurrencyLimitQueues(t *testing.T) {
 	if busy(ctx, c, second.SessionID) {
 		t.Fatal("the queued task's session is busy")
 	}
+	// Cancel once the first run has asked its model: an abort while a run loads the model
+	// fails the runs waiting for that load (docs/reliability.md, known limits).
 	waitFor(t, 30*time.Second, func() bool {
 		for _, r := range srv.Model.Requests() {
 			if _, u := r.LastUser(); r.Kind == opencodetest.KindChat && strings.Contains(u, "first "+caller.SessionID) {
