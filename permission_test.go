@@ -82,7 +82,7 @@ func TestPermissionPolicy(t *testing.T) {
 // one the parent is told that the task waits.
 func TestRealServerPermissionPolicy(t *testing.T) {
 	t.Parallel()
-	srv := ownServer(t) // of its own: it cancels a busy session
+	srv := aborting.Get(t) // it cancels a busy session
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	caller := asyncagentstest.NewParent(t, c)

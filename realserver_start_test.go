@@ -23,7 +23,7 @@ import (
 // order; a fork the server refuses ends its task in error, with its reason, and one
 // notification.
 func TestRealServerLaunchAnswersBeforeItsStart(t *testing.T) {
-	srv := opencodetest.Start(t)
+	srv := shared.Get(t)
 	proxy, c := proxied(t, srv)
 	ctx := ctxT(t, 90*time.Second)
 	m := asyncagentstest.NewManager(t, c, asyncagents.WithPollInterval(200*time.Millisecond),

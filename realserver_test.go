@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,18 +186,34 @@ func TestRealServerPlainAndForkedTasks(t *testing.T) {
 	}
 }
 
-// ownServer starts a server for a test that aborts or deletes busy sessions: after that,
-// OpenCode 1.18.33 now and then fails the next prompts on the same server ("All fibers
-// interrupted" in SessionPrompt.getModel), which would fail unrelated tests. The server has
-// answered one prompt before it is returned: on a loaded machine, the first prompts sent at
-// once to a fresh server can fail the same way while it loads its model.
-func ownServer(t *testing.T) *opencodetest.Server {
+// aborting is the server of the tests that abort or delete busy sessions, apart from the
+// shared one: an abort while OpenCode 1.18.33 loads the model fails the other runs waiting
+// for that load ("All fibers interrupted" in SessionPrompt.getModel), so no abort reaches a
+// server whose unrelated tests may still be at their first prompt.
+var aborting warmShared
+
+// warmShared is a shared server that has answered one prompt, and so loaded its model,
+// before Get returns it: the aborts of the tests that share it cannot fail each other's runs.
+type warmShared struct {
+	opencodetest.Shared
+	once sync.Once
+	err  error
+}
+
+func (w *warmShared) Get(t *testing.T) *opencodetest.Server {
 	t.Helper()
-	srv := opencodetest.Start(t)
-	c := srv.Client()
-	warm := newSession(t, c, "warm-up")
-	if _, err := c.Prompt(ctxT(t, 60*time.Second), warm.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("hello")}}); err != nil {
-		t.Fatal(err)
+	srv := w.Shared.Get(t)
+	w.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c := srv.Client()
+		var warm *opencode.Session
+		if warm, w.err = c.CreateSession(ctx, opencode.CreateSessionRequest{Title: "warm-up"}); w.err == nil {
+			_, w.err = c.Prompt(ctx, warm.ID, opencode.PromptRequest{Parts: []opencode.TextPartInput{opencode.NewText("hello")}})
+		}
+	})
+	if w.err != nil {
+		t.Fatalf("warming the server up: %v", w.err)
 	}
 	return srv
 }
@@ -261,8 +278,8 @@ func TestRealServerLaunchValidation(t *testing.T) {
 
 // T-10 timeout, T-12 cancel, T-6 model error, on the real server.
 func TestRealServerTimeoutCancelAndError(t *testing.T) {
-	t.Parallel() // a server of its own
-	srv := ownServer(t)
+	t.Parallel()
+	srv := aborting.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
 	caller := asyncagentstest.NewParent(t, c)
@@ -378,8 +395,8 @@ func TestRealServerCompletionByPollingOnly(t *testing.T) {
 
 // T-15: a deleted task session cancels its task; a deleted parent takes its tasks with it.
 func TestRealServerSessionDeleted(t *testing.T) {
-	t.Parallel() // a server of its own
-	srv := ownServer(t)
+	t.Parallel()
+	srv := aborting.Get(t)
 	c := srv.Client()
 	ctx := ctxT(t, 60*time.Second)
 	caller := asyncagentstest.NewParent(t, c)
@@ -515,7 +532,7 @@ func TestRealServerFollowUpQueue(t *testing.T) {
 // says nothing for longer is.
 func TestRealServerWatchdogs(t *testing.T) {
 	t.Parallel()
-	srv := ownServer(t) // of its own: it aborts busy sessions
+	srv := aborting.Get(t) // it aborts busy sessions
 	c := srv.Client()
 	ctx := ctxT(t, 90*time.Second)
 	caller := asyncagentstest.NewParent(t, c)

@@ -27,7 +27,7 @@ var shared opencodetest.Shared
 // leave the server running.
 var sharedPG pgstoretest.Shared
 
-func TestMain(m *testing.M) { testmain.Run(m, shared.Close, sharedPG.Close) }
+func TestMain(m *testing.M) { testmain.Run(m, shared.Close, aborting.Close, sharedPG.Close) }
 
 func tools(m *asyncagents.Manager) map[string]asyncagents.Tool {
 	out := map[string]asyncagents.Tool{}
