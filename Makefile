@@ -1,7 +1,8 @@
 # asyncagents — build, test and demo.
 #
-#   make test   vet (also with the oldest supported Go, and for Windows and macOS), gofmt check,
-#               race tests including the real-server suite (what CI runs)
+#   make test   gofmt check, race tests including the real-server suite with the full vet, and
+#               beside them at idle priority vet with the oldest supported Go and for Windows and
+#               macOS (what CI runs)
 #   make build  the command, into bin/asyncagents (bin/ is ignored by git)
 #   make demo   the main job on a real `opencode serve` with the scripted model
 #   make bench  the benchmarks (P-*)
@@ -40,7 +41,7 @@ export OPENCODE_BIN ?= $(OPENCODE_DIR)/node_modules/.bin/opencode
 OPENCODE_XDG := XDG_CONFIG_HOME=$(OPENCODE_DIR)/home/.config XDG_DATA_HOME=$(OPENCODE_DIR)/home/.local/share \
 	XDG_CACHE_HOME=$(OPENCODE_DIR)/home/.cache XDG_STATE_HOME=$(OPENCODE_DIR)/home/.local/state
 
-.PHONY: all build test vet compat fmt-check race tui postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
+.PHONY: all build test vet compat compat-idle fmt-check race tui postgres demo bench bench-hosts bench-waves bench-fork-modes bench-fork testdata opencode browser test-versions clean
 
 all: test
 
@@ -59,7 +60,12 @@ $(OPENCODE_DIR)/.installed-$(OPENCODE_PIN): deps/opencode/package.json deps/open
 	@v=$$($(OPENCODE_XDG) $(OPENCODE_BIN) --version) && [ "$$v" = "$(OPENCODE_PIN)" ] || { echo "opencode --version: want $(OPENCODE_PIN), got '$$v'"; exit 1; }
 	touch $@
 
-test: opencode vet compat fmt-check race
+# test vets inside the race run (go test -vet=all: the full go vet, on the packages the race
+# build compiles anyway) and runs compat beside it at idle priority: the other toolchain and
+# platforms compile everything again, which on a fresh machine is most of the setup time, and
+# at idle priority they take only CPU the tests leave unused.
+test: opencode fmt-check
+	$(MAKE) --no-print-directory -j2 race compat-idle
 
 build:
 	$(GO) build -o bin/ ./cmd/asyncagents
@@ -76,13 +82,20 @@ compat:
 	GOOS=darwin $(GO) vet ./...
 	$(GO) mod tidy -diff
 
+# compat-idle runs compat with the scheduling policy SCHED_IDLE (chrt, from util-linux), or at
+# nice 19 where chrt is missing or may not set it.
+IDLE := $(if $(shell chrt --idle 0 true 2>/dev/null && echo ok),chrt --idle 0,nice -n 19)
+compat-idle:
+	$(IDLE) $(MAKE) --no-print-directory compat
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# race leaves vet to the vet target (-vet=off: go test would run part of it again).
+# race runs the full go vet on what it builds (-vet=all; go test's default runs only part of it).
+RACE_VET ?= all
 race: opencode browser postgres tui
-	$(GO) test -race -count=1 -vet=off -timeout 25m ./...
+	$(GO) test -race -count=1 -vet=$(RACE_VET) -timeout 25m ./...
 
 # browser installs Debian's chromium, which dashboard/browser_test.go drives headless, unless a
 # chromium is there already (then it prints nothing). It runs apt-get as root, or through sudo
