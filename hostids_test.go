@@ -1,7 +1,9 @@
 package asyncagents_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/asyncagents/asyncagents/internal/testmain"
 	"github.com/asyncagents/asyncagents/opencode/opencodetest"
 	"github.com/asyncagents/asyncagents/pgstore"
+	"github.com/asyncagents/asyncagents/storetest"
 )
 
 // Task ids are unique per parent across every host of a store, and every host resolves an id
@@ -136,4 +139,53 @@ func sharedDatabase(t *testing.T) func() *pgstore.Store {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
+}
+
+// unfollowed is a shared store whose change feed never has a change: a host on it knows other
+// hosts' tasks only from what it reads itself (List, and an id it is asked for).
+type unfollowed struct{ *storetest.SharedStore }
+
+func (u unfollowed) Changes(_ context.Context, after uint64, _ int) ([]asyncagents.Change, uint64, error) {
+	return nil, after, nil
+}
+
+// A display id that names two stored tasks is ambiguous on a host that knows only one of
+// them, the other launched by another host a moment ago and not read yet: the host names both
+// and takes neither over, as every host does once it has read both.
+func TestPrefixOfATaskNotReadYetIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
+	mem := storetest.NewSharedMemory()
+	open := func() *storetest.SharedStore {
+		s, err := mem.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(unfollowed{open()}), asyncagents.WithNotifications(false))
+	for range 50 { // until two launches fall in one 16 ms (task ids start with the time)
+		parent := asyncagentstest.NewParent(t, f)
+		first := asyncagentstest.Launch(t, a, parent, "first")
+		list, err := b.List(parent, "") // b reads the first task
+		if err != nil || len(list) != 1 {
+			t.Fatalf("b lists %d tasks, %v", len(list), err)
+		}
+		shown := list[0].DisplayID
+		second := asyncagentstest.Launch(t, a, parent, "second")
+		if !strings.HasPrefix(second.ID, shown) {
+			continue
+		}
+		_, err = b.Output(t.Context(), parent, shown, asyncagents.OutputOptions{})
+		if !errors.Is(err, asyncagents.ErrAmbiguousID) || !strings.Contains(err.Error(), first.ID) || !strings.Contains(err.Error(), second.ID) {
+			t.Fatalf("b's Output(%s), %s and %s stored, b having read only the first: %v; want ErrAmbiguousID naming both", shown, first.ID, second.ID, err)
+		}
+		if tk, _ := a.Get(first.ID); tk.ID != first.ID {
+			t.Errorf("a no longer holds the first task")
+		}
+		return
+	}
+	t.Skip("no two launches fell in one 16 ms")
 }

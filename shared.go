@@ -262,7 +262,19 @@ func (h *sharedHosts) pull(ctx context.Context, caller Caller, id string) {
 			ids = append(ids, t.ID)
 		}
 	}
-	if len(ids) != 1 { // none, or a prefix of several: lookupLocked says so
+	if len(ids) > 1 {
+		// A prefix of several: lookupLocked says so, once it knows them all. A task another
+		// host launched a moment ago may not have reached this one's feed yet, and the prefix
+		// would name the one task this host knows.
+		m.mu.Lock()
+		for _, t := range tasks {
+			if slices.Contains(ids, t.ID) && m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && checkSeal(&t, m.cfg.recordKey) == nil {
+				m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
+			}
+		}
+		m.mu.Unlock()
+	}
+	if len(ids) != 1 { // none, or a prefix of several
 		return
 	}
 	h.pullIDs(ctx, ids)
