@@ -316,7 +316,7 @@ func launchLine(in map[string]any) string {
 }
 
 // waitTasks waits until the project at dir has n tasks that ended, each with its one
-// notification delivered, and returns them.
+// notification of the end delivered, and returns them.
 func (u *tuiUser) waitTasks(dir string, n int, timeout time.Duration) []asyncagents.Task {
 	u.t.Helper()
 	var tasks []asyncagents.Task
@@ -338,10 +338,13 @@ func (u *tuiUser) waitTasks(dir string, n int, timeout time.Duration) []asyncage
 	return tasks
 }
 
+// delivered counts t's delivered notifications of run ends. A notice that the run waits for a
+// permission is not one: whether it is sent depends on whether the Manager saw the question
+// before the person in the TUI answered it.
 func delivered(t asyncagents.Task) int {
 	n := 0
 	for _, no := range t.Notifications {
-		if no.State == asyncagents.NotificationDelivered {
+		if no.State == asyncagents.NotificationDelivered && !strings.Contains(no.Key, "/permission/") {
 			n++
 		}
 	}
