@@ -141,6 +141,17 @@ func sharedDatabase(t *testing.T) func() *pgstore.Store {
 	}
 }
 
+// openShared opens a store on mem, closed when t ends.
+func openShared(t *testing.T, mem *storetest.SharedMemory) *storetest.SharedStore {
+	t.Helper()
+	s, err := mem.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // unfollowed is a shared store whose change feed never has a change: a host on it knows other
 // hosts' tasks only from what it reads itself (List, and an id it is asked for).
 type unfollowed struct{ *storetest.SharedStore }
@@ -156,16 +167,8 @@ func TestPrefixOfATaskNotReadYetIsAmbiguous(t *testing.T) {
 	t.Parallel()
 	f := asyncagentstest.NewFakeClient(t, opencodetest.WithHeldRuns())
 	mem := storetest.NewSharedMemory()
-	open := func() *storetest.SharedStore {
-		s, err := mem.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(open()), asyncagents.WithNotifications(false))
-	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(unfollowed{open()}), asyncagents.WithNotifications(false))
+	a := asyncagentstest.NewManager(t, f, asyncagents.WithStore(openShared(t, mem)), asyncagents.WithNotifications(false))
+	b := asyncagentstest.NewManager(t, f, asyncagents.WithStore(unfollowed{openShared(t, mem)}), asyncagents.WithNotifications(false))
 	for range 50 { // until two launches fall in one 16 ms (task ids start with the time)
 		parent := asyncagentstest.NewParent(t, f)
 		first := asyncagentstest.Launch(t, a, parent, "first")

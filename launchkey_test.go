@@ -101,12 +101,7 @@ func TestRetriedLaunchOnAnotherHost(t *testing.T) {
 	f := asyncagentstest.NewFakeClient(t)
 	mem := storetest.NewSharedMemory()
 	open := func() *asyncagents.Manager {
-		s, err := mem.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return asyncagentstest.NewManager(t, f, asyncagents.WithStore(s))
+		return asyncagentstest.NewManager(t, f, asyncagents.WithStore(openShared(t, mem)))
 	}
 	a, b := open(), open()
 	caller := asyncagentstest.NewParent(t, f)
