@@ -263,7 +263,7 @@ func (h *sharedHosts) pull(ctx context.Context, caller Caller, id string) {
 		}
 	}
 	if len(ids) > 1 {
-		// A prefix of several: lookupLocked says so, once it knows them all. A task another
+		// A prefix of several: taskSet.lookup says so, once it knows them all. A task another
 		// host launched a moment ago may not have reached this one's feed yet, and the prefix
 		// would name the one task this host knows.
 		m.mu.Lock()
