@@ -253,31 +253,40 @@ func (h *sharedHosts) pull(ctx context.Context, caller Caller, id string) {
 	if err != nil {
 		return
 	}
-	var ids []string
+	var matched []Task
 	for _, t := range tasks {
 		if t.Server != h.server() {
 			continue // a host of its own server must act on it
 		}
 		if t.ID == id || slices.ContainsFunc(manager.Candidates(id), func(full string) bool { return strings.HasPrefix(t.ID, full) }) {
-			ids = append(ids, t.ID)
+			matched = append(matched, t)
 		}
 	}
-	if len(ids) > 1 {
+	switch len(matched) {
+	case 0:
+	case 1:
+		h.pullIDs(ctx, []string{matched[0].ID})
+	default:
 		// A prefix of several: taskSet.lookup says so, once it knows them all. A task another
 		// host launched a moment ago may not have reached this one's feed yet, and the prefix
 		// would name the one task this host knows.
 		m.mu.Lock()
-		for _, t := range tasks {
-			if slices.Contains(ids, t.ID) && m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && checkSeal(&t, m.cfg.recordKey) == nil {
-				m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
-			}
+		for i := range matched {
+			m.addForeignLocked(&matched[i])
 		}
 		m.mu.Unlock()
 	}
-	if len(ids) != 1 { // none, or a prefix of several
-		return
+}
+
+// addForeignLocked records t, a stored task another host holds, as a foreign task of the
+// registry, unless this Manager holds it or the record fails its checks (the shared store is
+// input: such a record is not shown). It reports whether t is known as foreign now.
+func (m *Manager) addForeignLocked(t *Task) bool {
+	if m.tasks.byID[t.ID] != nil || checkRecord(t) != nil || checkSeal(t, m.cfg.recordKey) != nil {
+		return false
 	}
-	h.pullIDs(ctx, ids)
+	m.tasks.reg.AddForeign(t.ParentSessionID, t.ID)
+	return true
 }
 
 // pullIDs takes over tasks ids from the hosts that hold them (see pull).
@@ -362,8 +371,7 @@ func (h *sharedHosts) remote(parent string) []Task {
 	defer m.mu.Unlock()
 	var out []Task
 	for _, t := range stored {
-		if m.tasks.byID[t.ID] == nil && checkRecord(&t) == nil && checkSeal(&t, m.cfg.recordKey) == nil { // the others are not shown
-			m.tasks.reg.AddForeign(t.ParentSessionID, t.ID) // known now: display ids are unique among them
+		if m.addForeignLocked(&t) { // known now: display ids are unique among them
 			t.upgrade()
 			out = append(out, t)
 		}
